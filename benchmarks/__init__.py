@@ -1,0 +1,1 @@
+"""taso_mlir.benchmarks (see DESIGN.md); not built yet."""

@@ -1,0 +1,514 @@
+"""The ``convert-onnx-to-taso`` pass.
+
+Input: functions made of ONNX operations in either spelling
+- the upstream importer's ``torch.operator "onnx.<Op>"`` on ``!torch.vtensor`` types, or
+- onnx-mlir's ONNX dialect printed in generic form (``"onnx.<Op>"(...)`` on builtin tensors).
+
+Output: the same functions on builtin tensor types, where
+- operators in TASO's set (see ``specs.py``) become `taso` ops when the spec expresses the node exactly
+  (static shapes, supported attribute values); the spec's shape function is checked against ONNX's
+  inferred result types;
+- initializers and ``Constant`` nodes become ``taso.weight`` ops with inline dense values;
+- ``Identity`` nodes are removed;
+- every other node stays a generic ``"onnx.<Op>"`` operation (onnx-mlir's spelling) with its
+  attributes, types and domain (``taso.domain`` when not the default), so that export restores it.
+Nothing is dropped. Graph input/output names, the opsets and the IR version are recorded on the
+function as ``taso.input_names``, ``taso.output_names``, ``taso.opset_imports``, ``taso.ir_version``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import numpy as np
+
+from .errors import TasoError, one_line
+from .mlir import func, ir
+from .ops import type_shape, create_taso_op, loc_name, named, pyval, shape_of, verify_taso_op
+from .specs import MAX_ARITY, SpecError, resolve_auto_pad, spec
+from .types import vtensor_to_builtin
+
+DEFAULT_OPSET = 17
+_NONE = object()  # a missing optional operand
+
+
+class _Node:
+    """A normalized ONNX node: op type, domain, operands, result types, attributes."""
+
+    __slots__ = ("op_type", "domain", "operands", "results", "attrs", "loc", "old")
+
+    def __init__(self, op_type, domain, operands, results, attrs, loc, old):
+        self.op_type, self.domain, self.operands = op_type, domain, operands
+        self.results, self.attrs, self.loc, self.old = results, attrs, loc, old
+
+    def get(self, name, default=None):
+        a = self.attrs.get(name)
+        return default if a is None else pyval(a)
+
+    def where(self) -> str:
+        n = loc_name(self.loc)
+        return f"{self.op_type} node '{n}'" if n else f"{self.op_type} node at {self.loc}"
+
+
+# --------------------------------------------------------------------------------------------
+# raising ONNX nodes to taso ops: each returns (taso name, operands, attrs) or None (stay generic)
+
+
+def _static(*values) -> bool:
+    return all(v is not _NONE and shape_of(v) is not None for v in values)
+
+
+def _norm_axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def _window_attrs(n: _Node, kernel, in_hw):
+    strides = n.get("strides") or [1, 1]
+    dil = n.get("dilations") or [1, 1]
+    auto_pad = n.get("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    if auto_pad in ("NOTSET", ""):
+        pads = n.get("pads") or [0, 0, 0, 0]
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER", "VALID"):
+        pads = resolve_auto_pad(auto_pad, in_hw, kernel, strides, dil)
+    else:
+        return None
+    if len(strides) != 2 or len(dil) != 2 or len(pads) != 4:
+        return None
+    return list(strides), list(pads), list(dil)
+
+
+def _r_conv(n: _Node):
+    x, w = n.operands[0], n.operands[1]
+    b = n.operands[2] if len(n.operands) > 2 else _NONE
+    if not _static(x, w) or len(shape_of(x)) != 4 or len(shape_of(w)) != 4 or len(n.results) != 1:
+        return None
+    k = list(shape_of(w)[2:])
+    if n.get("kernel_shape") not in (None, k):
+        return None
+    wa = _window_attrs(n, k, shape_of(x)[2:])
+    if wa is None:
+        return None
+    strides, pads, dil = wa
+    ops = [x, w] + ([b] if b is not _NONE else [])
+    return "conv2d", ops, dict(strides=strides, pads=pads, dilations=dil, group=n.get("group", 1), activation="none")
+
+
+def _r_matmul(n: _Node):
+    x, y = n.operands
+    if not _static(x, y) or len(shape_of(x)) < 2 or len(shape_of(y)) < 2:
+        return None
+    return "matmul", [x, y], dict(activation="none")
+
+
+def _r_add(n: _Node):
+    if not _static(*n.operands):
+        return None
+    return "ewadd", list(n.operands), {}
+
+
+def _r_mul(n: _Node):
+    x, y = n.operands
+    if not _static(x, y):
+        return None
+    rx, ry = len(shape_of(x)), len(shape_of(y))
+    if ry == 0 and rx > 0:
+        return "smul", [x, y], {}
+    if rx == 0 and ry > 0:
+        return "smul", [y, x], {}
+    return "ewmul", [x, y], {}
+
+
+def _r_unary(name):
+    def r(n: _Node):
+        if not _static(n.operands[0]):
+            return None
+        return name, [n.operands[0]], {}
+    return r
+
+
+def _r_transpose(n: _Node):
+    (x,) = n.operands
+    if not _static(x):
+        return None
+    r = len(shape_of(x))
+    perm = n.get("perm") or list(range(r - 1, -1, -1))
+    return "transpose", [x], dict(perm=[_norm_axis(p, r) for p in perm])
+
+
+def _r_reshape(n: _Node):
+    x = n.operands[0]
+    if not _static(x) or type_shape(n.results[0]) is None:
+        return None
+    return "reshape", [x], dict(shape=list(shape_of_type(n.results[0])))
+
+
+shape_of_type = type_shape
+
+
+def _r_concat(n: _Node):
+    ins = list(n.operands)
+    if not 2 <= len(ins) <= MAX_ARITY or not _static(*ins):
+        return None
+    r = len(shape_of(ins[0]))
+    return "concat", ins, dict(axis=_norm_axis(n.get("axis", 0), r))
+
+
+def _r_split(n: _Node):
+    x = n.operands[0]
+    if not 2 <= len(n.results) <= MAX_ARITY or not _static(x) or any(shape_of_type(t) is None for t in n.results):
+        return None
+    r = len(shape_of(x))
+    ax = _norm_axis(n.get("axis", 0), r)
+    return "split", [x], dict(axis=ax, sizes=[shape_of_type(t)[ax] for t in n.results])
+
+
+def _pool_common(n: _Node):
+    x = n.operands[0]
+    if len(n.results) != 1 or not _static(x) or len(shape_of(x)) != 4:
+        return None
+    if n.get("ceil_mode", 0) != 0:
+        return None
+    dil = n.get("dilations")
+    if dil is not None and list(dil) != [1, 1]:
+        return None
+    k = n.get("kernel_shape")
+    if k is None or len(k) != 2:
+        return None
+    wa = _window_attrs(n, k, shape_of(x)[2:])
+    if wa is None:
+        return None
+    strides, pads, _ = wa
+    return x, dict(kernel_shape=list(k), strides=strides, pads=pads)
+
+
+def _r_maxpool(n: _Node):
+    if n.get("storage_order", 0) != 0:
+        return None
+    c = _pool_common(n)
+    return None if c is None else ("maxpool2d", [c[0]], c[1])
+
+
+def _r_avgpool(n: _Node):
+    c = _pool_common(n)
+    if c is None:
+        return None
+    c[1]["count_include_pad"] = n.get("count_include_pad", 0)
+    return "avgpool2d", [c[0]], c[1]
+
+
+def _r_batchnorm(n: _Node):
+    if len(n.results) != 1 or n.get("training_mode", 0) != 0 or len(n.operands) != 5:
+        return None
+    if not _static(*n.operands) or len(shape_of(n.operands[0])) < 2:
+        return None
+    return "batchnorm", list(n.operands), dict(epsilon=n.get("epsilon", 1e-5))
+
+
+RAISERS = {
+    "Conv": _r_conv,
+    "MatMul": _r_matmul,
+    "Add": _r_add,
+    "Mul": _r_mul,
+    "Relu": _r_unary("relu"),
+    "Sigmoid": _r_unary("sigmoid"),
+    "Tanh": _r_unary("tanh"),
+    "Transpose": _r_transpose,
+    "Reshape": _r_reshape,
+    "Concat": _r_concat,
+    "Split": _r_split,
+    "MaxPool": _r_maxpool,
+    "AveragePool": _r_avgpool,
+    "BatchNormalization": _r_batchnorm,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# resources: dense_resource blobs can only be read back from the printed module
+
+
+_RES_RE = re.compile(r'^\s*"?([^":\s]+)"?\s*:\s*"0x([0-9A-Fa-f]*)"', re.M)
+
+
+class _Resources:
+    def __init__(self, module_op: ir.Operation):
+        self._op = module_op
+        self._blobs: Optional[dict[str, bytes]] = None
+
+    def get(self, key: str) -> bytes:
+        if self._blobs is None:
+            text = self._op.get_asm(large_elements_limit=None, large_resource_limit=None) \
+                if _asm_supports_resource_limit() else str(self._op)
+            start = text.find("{-#")
+            self._blobs = {}
+            if start >= 0:
+                for m in _RES_RE.finditer(text[start:]):
+                    raw = bytes.fromhex(m.group(2))
+                    self._blobs[m.group(1)] = raw[4:]  # first 4 bytes: alignment
+        if key not in self._blobs:
+            raise TasoError(f"dense_resource blob '{key}' not found in the module")
+        return self._blobs[key]
+
+
+def _asm_supports_resource_limit() -> bool:
+    import inspect
+
+    try:
+        return "large_resource_limit" in (ir.Operation.get_asm.__doc__ or "")
+    except Exception:
+        return False
+
+
+_DENSE_RESOURCE_RE = re.compile(r"^dense_resource<([^>]+)>\s*:\s*(.+)$")
+
+
+def _weight_value(attr: ir.Attribute, res: _Resources, where: str) -> ir.Attribute:
+    if isinstance(attr, ir.DenseElementsAttr):
+        return attr
+    m = _DENSE_RESOURCE_RE.match(str(attr))
+    if m:
+        from .types import parse_tensor_type, P, numpy_dtype, onnx_dtype_of_mlir
+
+        ttype = ir.Type.parse(m.group(2))
+        shape, elem = parse_tensor_type(ttype)
+        dt = numpy_dtype(onnx_dtype_of_mlir(elem))
+        data = res.get(m.group(1))
+        arr = np.frombuffer(data, dtype=dt)
+        if elem == "i1":
+            arr = np.frombuffer(data, dtype=np.uint8).astype(np.bool_)
+        return ir.DenseElementsAttr.get(arr.reshape(shape).copy(), type=ttype)
+    raise TasoError(f"{where}: unsupported constant value {str(attr)[:80]}")
+
+
+def _scalar_constant(n: _Node) -> Optional[np.ndarray]:
+    for k, dt in (("value_float", np.float32), ("value_int", np.int64)):
+        if k in n.attrs:
+            return np.array(pyval(n.attrs[k]), dtype=dt)
+    for k, dt in (("value_floats", np.float32), ("value_ints", np.int64)):
+        if k in n.attrs:
+            return np.array(pyval(n.attrs[k]), dtype=dt)
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def convert_module(module: ir.Module, *, where: str = "module", default_opset: int = DEFAULT_OPSET) -> None:
+    """Run convert-onnx-to-taso over every function of ``module`` (in place)."""
+    res = _Resources(module.operation)
+    with module.context:
+        for op in list(module.body.operations):
+            if op.operation.name == "func.func":
+                _convert_func(op.operation, res, where, default_opset)
+
+
+def _node_of(o: ir.Operation, vmap) -> Optional[_Node]:
+    name = o.name
+    if name == "torch.operator":
+        full = o.attributes["name"].value
+        if not full.startswith("onnx."):
+            raise TasoError(f"{o.location}: torch.operator '{full}' is not an ONNX operator")
+        op_type = full[len("onnx."):]
+        attrs = {}
+        domain = ""
+        for na in named(o.attributes):
+            if na.name.startswith("torch.onnx."):
+                key = na.name[len("torch.onnx."):]
+                if key == "taso_domain":
+                    domain = na.attr.value
+                else:
+                    attrs[key] = na.attr
+    elif name.startswith("onnx."):
+        op_type = name[len("onnx."):]
+        attrs = {na.name: na.attr for na in named(o.attributes)}
+        domain = ""
+        if "taso.domain" in attrs:
+            domain = attrs.pop("taso.domain").value
+        attrs.pop("onnx_node_name", None)
+        if op_type == "Custom" and "function_name" in attrs:
+            op_type = attrs.pop("function_name").value
+            domain = attrs.pop("domain_name").value if "domain_name" in attrs else domain
+    else:
+        return None
+    if len(o.regions):
+        raise TasoError(f"{o.location}: '{op_type}' has regions (subgraphs); control flow is not supported yet")
+    operands = [vmap[v] for v in o.operands]
+    results = [_builtin(r.type, o) for r in o.results]
+    return _Node(op_type, domain, operands, results, attrs, o.location, o)
+
+
+def _builtin(t: ir.Type, o) -> ir.Type:
+    s = str(t)
+    if s.startswith("!torch.vtensor"):
+        try:
+            return vtensor_to_builtin(t)
+        except TasoError as e:
+            raise TasoError(f"{o.location}: {e}") from None
+    if s == "none" or s.startswith("tensor<") or s.startswith("!torch.none"):
+        return t
+    raise TasoError(f"{o.location}: unsupported value type {s} (only tensors are supported)")
+
+
+def read_opsets(attr: ir.Attribute) -> dict[str, int]:
+    """``taso.opset_imports`` -> {domain: version}; the default domain is spelled "ai.onnx" in MLIR
+    (an empty dictionary key is not representable)."""
+    out = {}
+    for na in named(ir.DictAttr(attr)):
+        out["" if na.name == "ai.onnx" else na.name] = pyval(na.attr)
+    return out
+
+
+def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset: int) -> None:
+    old_block = fop.regions[0].blocks[0]
+    fattrs = {na.name: na.attr for na in named(fop.attributes)}
+    ctx = fop.context
+
+    # graph metadata
+    opsets = {}
+    if "taso.opset_imports" in fattrs:
+        opsets = read_opsets(fattrs["taso.opset_imports"])
+    else:
+        if "torch.onnx_meta.opset_version" in fattrs:
+            opsets[""] = pyval(fattrs["torch.onnx_meta.opset_version"])
+        if "torch.onnx_meta.opset_versions" in fattrs:
+            for na in named(ir.DictAttr(fattrs["torch.onnx_meta.opset_versions"])):
+                opsets[na.name] = pyval(na.attr)
+        opsets.setdefault("", default_opset)
+    ir_version = pyval(fattrs["taso.ir_version"]) if "taso.ir_version" in fattrs else (
+        pyval(fattrs["torch.onnx_meta.ir_version"]) if "torch.onnx_meta.ir_version" in fattrs else 8)
+    in_names = [loc_name(a.location) for a in old_block.arguments]
+    if "taso.input_names" in fattrs:
+        in_names = pyval(fattrs["taso.input_names"])
+    in_names = [n or f"input_{i}" for i, n in enumerate(in_names)]
+    out_names = pyval(fattrs["taso.output_names"]) if "taso.output_names" in fattrs else None
+
+    vmap: dict = {}
+    arg_types = [_builtin(a.type, fop) for a in old_block.arguments]
+    with ir.Location.unknown(ctx):
+        ftype = ir.FunctionType.get(arg_types, [])
+        new = func.FuncOp(fop.attributes["sym_name"].value + ".taso_tmp", ftype, ip=ir.InsertionPoint(fop))
+        block = new.add_entry_block([a.location for a in old_block.arguments])
+    for a, b in zip(old_block.arguments, block.arguments):
+        vmap[a] = b
+    none_value = None
+    returned = None
+    counter = [0]
+
+    def none():
+        nonlocal none_value
+        if none_value is None:
+            with ir.InsertionPoint.at_block_begin(block), ir.Location.unknown(ctx):
+                none_value = ir.Operation.create("onnx.NoValue", results=[ir.NoneType.get()],
+                                                 attributes={"value": ir.UnitAttr.get()}).result
+        return none_value
+
+    with ir.InsertionPoint(block):
+        for op in old_block.operations:
+            o = op.operation
+            name = o.name
+            if name in ("torch.constant.none", "onnx.NoValue"):
+                vmap[o.results[0]] = _NONE
+                continue
+            if name == "func.return":
+                returned = [vmap[v] for v in o.operands]
+                continue
+            n = _node_of(o, vmap)
+            if n is None:
+                if len(o.regions):
+                    raise TasoError(f"{o.location}: unsupported operation '{name}' with regions")
+                # already-converted taso ops and other ops on builtin types are carried over unchanged
+                for v in o.operands:
+                    if vmap[v] is _NONE:
+                        raise TasoError(f"{o.location}: '{name}' uses a missing optional value")
+                new_op = ir.Operation.create(name, results=[_builtin(r.type, o) for r in o.results],
+                                             operands=[vmap[v] for v in o.operands],
+                                             attributes={na.name: na.attr for na in named(o.attributes)}, loc=o.location)
+                if name.startswith("taso."):
+                    verify_taso_op(new_op)
+                for a, b in zip(o.results, new_op.results):
+                    vmap[a] = b
+                continue
+            _convert_node(n, vmap, none, res, where, counter)
+        if returned is None:
+            raise TasoError(f"{where}: function has no return")
+        if any(v is _NONE for v in returned):
+            raise TasoError(f"{where}: a graph output is a missing optional value")
+        func.ReturnOp(returned, loc=ir.Location.unknown(ctx))
+
+    if out_names is None:
+        out_names = [f"output_{i}" for i in range(len(returned))]
+    new.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(arg_types, [v.type for v in returned]))
+    for k, v in fattrs.items():
+        if k in ("sym_name", "function_type") or k.startswith("torch.onnx_meta.") or k.startswith("taso."):
+            continue
+        new.attributes[k] = v
+    i64 = ir.IntegerType.get_signless(64)
+    with ctx:
+        new.attributes["taso.input_names"] = ir.ArrayAttr.get([ir.StringAttr.get(s) for s in in_names])
+        new.attributes["taso.output_names"] = ir.ArrayAttr.get([ir.StringAttr.get(s) for s in out_names])
+        new.attributes["taso.opset_imports"] = ir.DictAttr.get(
+            {(k or "ai.onnx"): ir.IntegerAttr.get(i64, v) for k, v in opsets.items()})
+        new.attributes["taso.ir_version"] = ir.IntegerAttr.get(i64, ir_version)
+    name = fop.attributes["sym_name"]
+    fop.erase()
+    new.attributes["sym_name"] = name
+
+
+def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, counter) -> None:
+    o = n.old
+    # Constants (the importer's initializers, onnx-mlir's onnx.Constant) -> taso.weight
+    if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+        if "value" in n.attrs:
+            value = _weight_value(n.attrs["value"], res, n.where())
+        else:
+            arr = _scalar_constant(n)
+            if arr is None:
+                raise TasoError(f"{where}: {n.where()}: unsupported Constant attributes {sorted(n.attrs)}")
+            from .types import tensor_type
+            from .onnx_import import dense_attr
+            value = dense_attr(arr, tensor_type(arr.shape, {"float32": "f32", "int64": "si64"}[str(arr.dtype)]))
+        wname = loc_name(n.loc)
+        if not wname:
+            counter[0] += 1
+            wname = f"const_{counter[0]}"
+        w = create_taso_op("weight", [], [value.type], {}, loc=n.loc,
+                           extra={"name": ir.StringAttr.get(wname), "value": value})
+        vmap[o.results[0]] = w.results[0]
+        return
+    if n.op_type == "Identity" and n.domain in ("", "ai.onnx") and len(n.operands) == 1:
+        vmap[o.results[0]] = n.operands[0]
+        return
+    raiser = RAISERS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
+    if raiser is not None and all(v is not _NONE for v in n.operands[:1]):
+        try:
+            r = raiser(n)
+        except (SpecError, ValueError, TypeError):
+            r = None
+        if r is not None:
+            tname, operands, attrs = r
+            if any(v is _NONE for v in operands):
+                r = None
+        if r is not None:
+            s = spec(tname)
+            try:
+                new_op = create_taso_op(tname, operands, n.results, attrs, loc=n.loc)
+            except SpecError as e:
+                raise TasoError(f"{where}: {n.where()}: {e}") from None
+            verify_taso_op(new_op)  # the spec's shape function must agree with ONNX's inference
+            for a, b in zip(o.results, new_op.results):
+                vmap[a] = b
+            return
+    # generic op, kept as it is
+    attrs = dict(n.attrs)
+    if n.domain not in ("", "ai.onnx"):
+        attrs["taso.domain"] = ir.StringAttr.get(n.domain)
+    operands = [none() if v is _NONE else v for v in n.operands]
+    try:
+        new_op = ir.Operation.create(f"onnx.{n.op_type}", results=n.results, operands=operands,
+                                     attributes=attrs, loc=n.loc)
+    except Exception as e:
+        raise TasoError(f"{where}: {n.where()}: {one_line(e)}") from None
+    for a, b in zip(o.results, new_op.results):
+        vmap[a] = b

@@ -1,0 +1,306 @@
+"""``convert-taso-to-onnx``: a `taso`-dialect module -> an ONNX ModelProto.
+
+`taso` ops are lowered by their spec's ``to_onnx``; constants (``taso.weight`` and TASO's C_pool,
+I_conv, I_matmul, I_ewmul) become initializers (a weight keeps its name); generic ``onnx.<Op>``
+operations are written back as the nodes they were, attributes typed by the ONNX schema. The
+model keeps the recorded opsets, IR version and graph input/output names. Unused weights are dropped.
+Models over 2 GB are saved with ONNX external data (``save_onnx``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Optional
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .errors import TasoError, one_line
+from .mlir import ir
+from .ops import loc_name, named, pyval, taso_attrs, type_shape
+from .convert_onnx_to_taso import read_opsets
+from .specs import spec
+from .types import onnx_dtype_of_mlir, parse_tensor_type
+
+_TWO_GB = 2**31 - 1
+
+
+class _Names:
+    def __init__(self):
+        self.used: set[str] = set()
+
+    def fresh(self, hint: str) -> str:
+        hint = hint or "t"
+        name, i = hint, 0
+        while name in self.used:
+            i += 1
+            name = f"{hint}_{i}"
+        self.used.add(name)
+        return name
+
+
+class ExportSite:
+    """What a spec's ``to_onnx`` sees of one `taso` op."""
+
+    def __init__(self, ex: "_Exporter", op: ir.Operation, inputs, outputs):
+        self._ex, self._op = ex, op
+        self.attrs = {k: v for k, v in taso_attrs(op).items() if k not in ("value", "name")}
+        self.inputs, self.outputs = inputs, outputs
+        self.in_shapes = [type_shape(v.type) for v in op.operands]
+        self.opset = ex.opset
+        self.name = loc_name(op.location) or ""
+
+    def node(self, op_type: str, inputs, outputs, **attrs) -> None:
+        self._ex.nodes.append(helper.make_node(op_type, list(inputs), list(outputs),
+                                               name=self._ex.names_nodes.fresh(self.name or op_type), **attrs))
+
+    def const(self, array: np.ndarray, hint: str) -> str:
+        name = self._ex.names.fresh(f"{self.name or 'c'}_{hint}")
+        self._ex.initializers.append(numpy_helper.from_array(array, name))
+        return name
+
+    def tmp(self, hint: str) -> str:
+        return self._ex.names.fresh(f"{self.name or 't'}_{hint}")
+
+    def fold(self) -> None:
+        self._ex.fold_constant(self._op, self.outputs[0])
+
+
+class _Exporter:
+    def __init__(self, fop: ir.Operation):
+        self.fop = fop
+        fattrs = {na.name: na.attr for na in named(fop.attributes)}
+        self.opsets = {"": 17}
+        if "taso.opset_imports" in fattrs:
+            self.opsets = read_opsets(fattrs["taso.opset_imports"])
+        self.opset = self.opsets.get("", 17)
+        self.ir_version = pyval(fattrs["taso.ir_version"]) if "taso.ir_version" in fattrs else 8
+        block = fop.regions[0].blocks[0]
+        n_in = len(block.arguments)
+        self.in_names = pyval(fattrs["taso.input_names"]) if "taso.input_names" in fattrs else [
+            loc_name(a.location) or f"input_{i}" for i, a in enumerate(block.arguments)]
+        if len(self.in_names) != n_in:
+            raise TasoError("taso.input_names does not match the function's arguments")
+        ret = block.operations[len(block.operations) - 1]
+        self.returned = list(ret.operation.operands)
+        self.out_names = pyval(fattrs["taso.output_names"]) if "taso.output_names" in fattrs else [
+            f"output_{i}" for i in range(len(self.returned))]
+        if len(self.out_names) != len(self.returned):
+            raise TasoError("taso.output_names does not match the function's results")
+        self.names = _Names()
+        self.names_nodes = _Names()
+        self.vname: dict = {}
+        self.nodes: list = []
+        self.initializers: list = []
+        self.value_info: list = []
+
+    def _type_proto(self, t: ir.Type, name: str) -> onnx.ValueInfoProto:
+        shape, elem = parse_tensor_type(t)
+        return helper.make_tensor_value_info(name, onnx_dtype_of_mlir(elem), None if shape is None else [
+            d if d is not None else None for d in shape])
+
+    def name_of(self, v: ir.Value) -> str:
+        if str(v.type) == "none":
+            return ""
+        return self.vname[v]
+
+    def fold_constant(self, op: ir.Operation, name: str) -> None:
+        if op.name == "taso.weight":
+            arr = np.array(op.attributes["value"])
+            shape, elem = parse_tensor_type(op.results[0].type)
+            if arr.shape != tuple(shape):  # splat
+                arr = np.broadcast_to(arr, shape)
+        else:
+            shape = type_shape(op.results[0].type)
+            arr = spec(op.name).ref([], {}, [shape])[0]
+            _, elem = parse_tensor_type(op.results[0].type)
+            arr = arr.astype(_np_dtype(elem))
+        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+
+    def run(self) -> onnx.ModelProto:
+        block = self.fop.regions[0].blocks[0]
+        for a, n in zip(block.arguments, self.in_names):
+            self.vname[a] = self.names.fresh(n)
+        # names for returned values: give the producing op's result the graph output name
+        out_owner: dict = {}
+        for v, n in zip(self.returned, self.out_names):
+            if _is_block_arg(v) or v in out_owner:
+                continue
+            out_owner[v] = n
+        # the output names are reserved up front so that nothing else takes them
+        for n in self.out_names:
+            if n in self.names.used and n not in self.in_names:
+                raise TasoError(f"duplicate graph output name '{n}'")
+        reserved = set(self.out_names)
+        self.names.used |= reserved
+        uses = _use_counts(block)
+        for op in block.operations:
+            o = op.operation
+            if o.name == "func.return":
+                continue
+            if all(uses.get(r, 0) == 0 for r in o.results) and o.name in _CONSTANT_OPS:
+                continue  # unused weight
+            outs = []
+            for r in o.results:
+                if r in out_owner:
+                    nm = out_owner.pop(r)
+                    outs.append(nm)
+                    self.vname[r] = nm
+                else:
+                    hint = loc_name(o.location) or "t"
+                    if len(o.results) > 1:
+                        hint = f"{hint}_{r.result_number}" if hasattr(r, "result_number") else hint
+                    nm = self.names.fresh(hint)
+                    outs.append(nm)
+                    self.vname[r] = nm
+            if o.name == "onnx.NoValue":
+                continue
+            ins = [self.name_of(v) for v in o.operands]
+            if o.name.startswith("taso."):
+                s = spec(o.name)
+                site = ExportSite(self, o, ins, outs)
+                s.to_onnx(site)
+            elif o.name.startswith("onnx."):
+                self._generic(o, ins, outs)
+            else:
+                raise TasoError(f"{o.location}: cannot export operation '{o.name}' to ONNX")
+            for r, nm in zip(o.results, outs):
+                if nm not in reserved:
+                    try:
+                        self.value_info.append(self._type_proto(r.type, nm))
+                    except TasoError:
+                        pass
+        # outputs that are inputs, repeated, or not yet produced under their name: Identity
+        outputs = []
+        for v, n in zip(self.returned, self.out_names):
+            src = self.name_of(v)
+            if src != n:
+                self.nodes.append(helper.make_node("Identity", [src], [n], name=self.names_nodes.fresh(f"{n}_identity")))
+            outputs.append(self._type_proto(v.type, n))
+        inputs = [self._type_proto(a.type, self.vname[a]) for a in block.arguments]
+        gname = self.fop.attributes["sym_name"].value
+        graph = helper.make_graph(self.nodes, gname, inputs, outputs, self.initializers, value_info=self.value_info)
+        opsets = [helper.make_opsetid(d, v) for d, v in sorted(self.opsets.items())]
+        model = helper.make_model(graph, opset_imports=opsets, producer_name="taso-mlir")
+        model.ir_version = self.ir_version
+        return model
+
+    def _generic(self, o: ir.Operation, ins, outs):
+        op_type = o.name[len("onnx."):]
+        attrs = {na.name: na.attr for na in named(o.attributes)}
+        domain = ""
+        if "taso.domain" in attrs:
+            domain = attrs.pop("taso.domain").value
+        schema = _schema(op_type, domain, self.opsets.get(domain, self.opset))
+        node = helper.make_node(op_type, ins, outs, name=self.names_nodes.fresh(loc_name(o.location) or op_type),
+                                domain=domain or None)
+        for k, a in attrs.items():
+            node.attribute.append(_onnx_attr(k, a, schema, o))
+        # drop trailing missing optional inputs (ONNX allows them to be omitted)
+        while node.input and node.input[-1] == "":
+            node.input.pop()
+        self.nodes.append(node)
+
+
+_CONSTANT_OPS = {"taso.weight", "taso.const_pool", "taso.const_iconv", "taso.const_imatmul", "taso.const_iewmul"}
+
+
+def _np_dtype(elem: str):
+    from .types import numpy_dtype
+
+    return numpy_dtype(onnx_dtype_of_mlir(elem))
+
+
+def _is_block_arg(v: ir.Value) -> bool:
+    return isinstance(v, ir.BlockArgument) or isinstance(v.maybe_downcast(), ir.BlockArgument)
+
+
+def _use_counts(block) -> dict:
+    counts: dict = {}
+    for op in block.operations:
+        for v in op.operation.operands:
+            counts[v] = counts.get(v, 0) + 1
+    return counts
+
+
+def _schema(op_type: str, domain: str, version: int):
+    try:
+        return onnx.defs.get_schema(op_type, version, domain)
+    except Exception:
+        return None
+
+
+_A = onnx.AttributeProto
+
+
+def _onnx_attr(name: str, a: ir.Attribute, schema, o) -> onnx.AttributeProto:
+    want = None
+    if schema is not None and name in schema.attributes:
+        want = schema.attributes[name].type
+    if isinstance(a, ir.DenseElementsAttr):
+        arr = np.array(a)
+        shape, elem = parse_tensor_type(a.type)
+        if arr.shape != tuple(shape):
+            arr = np.broadcast_to(arr, shape)
+        return helper.make_attribute(name, numpy_helper.from_array(np.ascontiguousarray(arr)))
+    v = pyval(a)
+    if want == _A.FLOAT:
+        return helper.make_attribute(name, float(v), attr_type=_A.FLOAT)
+    if want == _A.INT:
+        return helper.make_attribute(name, int(v), attr_type=_A.INT)
+    if want == _A.FLOATS:
+        return helper.make_attribute(name, [float(x) for x in v], attr_type=_A.FLOATS)
+    if want == _A.INTS:
+        return helper.make_attribute(name, [int(x) for x in v], attr_type=_A.INTS)
+    if want == _A.STRINGS:
+        return helper.make_attribute(name, list(v), attr_type=_A.STRINGS)
+    if isinstance(v, (list, tuple)) and not v:
+        return helper.make_attribute(name, [], attr_type=_A.INTS)
+    try:
+        return helper.make_attribute(name, v)
+    except Exception as e:
+        raise TasoError(f"{o.location}: cannot export attribute '{name}' of '{o.name}': {one_line(e)}") from None
+
+
+def export_onnx(module: ir.Module) -> onnx.ModelProto:
+    """The ONNX model of the module's (single) graph function."""
+    funcs = [op.operation for op in module.body.operations if op.operation.name == "func.func"]
+    if len(funcs) != 1:
+        raise TasoError(f"ONNX export needs exactly one function in the module, found {len(funcs)}")
+    with module.context:
+        return _Exporter(funcs[0]).run()
+
+
+def save_onnx(model: onnx.ModelProto, path: str) -> None:
+    """Write atomically (temp file + rename); over 2 GB, weights go to ``<file>.data`` external data."""
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(d):
+        raise TasoError(f"{path}: directory does not exist")
+    size = model.ByteSize() if _fits(model) else _TWO_GB + 1
+    fd, tmp = tempfile.mkstemp(prefix=".taso-", suffix=".onnx", dir=d)
+    os.close(fd)
+    try:
+        if size >= _TWO_GB:
+            data = os.path.basename(path) + ".data"
+            tmp_data = os.path.join(d, data)
+            onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=data, size_threshold=1024)
+        else:
+            with open(tmp, "wb") as f:
+                f.write(model.SerializeToString())
+        os.replace(tmp, path)
+    except TasoError:
+        raise
+    except Exception as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise TasoError(f"{path}: cannot write ONNX output ({one_line(e)})") from None
+
+
+def _fits(model) -> bool:
+    try:
+        return model.ByteSize() < _TWO_GB
+    except Exception:
+        return False

@@ -1,0 +1,289 @@
+"""ONNX -> MLIR: ONNX shape inference, the upstream torch-mlir ONNX importer, then
+``convert-onnx-to-taso``.
+
+Weights are kept readable from Python: the importer would turn initializers into ``dense_resource``
+blobs, whose bytes Python cannot read back, so we hand it a context cache that builds inline
+``dense<...>`` attributes from our own numpy copy of each initializer instead. Shape inference runs on a
+skeleton of the model whose large weights are replaced by typed graph inputs, so it never copies them.
+
+Dynamic dimensions: every graph input must have a static shape (give one with ``input_shapes`` /
+``taso-opt --input-shape name=1x3x224x224``); a symbolic or unknown input dimension is rejected with an
+error naming the input. Intermediate values whose shape depends on data (NonZero, ...) may keep
+unknown (``?``) dimensions on generic ``onnx.*`` ops; `taso` ops always have static shapes.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .errors import TasoError, one_line
+from .mlir import ir, onnx_importer
+from .types import numpy_dtype
+
+#: Node attribute that carries a node's domain through the upstream importer (which drops it).
+DOMAIN_ATTR = "taso_domain"
+#: Integer initializers up to this many elements keep their values during shape inference
+#: (Reshape's shape, Split's sizes, ... are needed to infer shapes).
+_SMALL = 4096
+_TWO_GB = 2**31 - 1
+
+
+def load_onnx(path: str) -> onnx.ModelProto:
+    """Read an ONNX file (with its external data) or raise a one-line TasoError."""
+    if path != "-" and not os.path.exists(path):
+        raise TasoError(f"{path}: no such file")
+    if path != "-" and os.path.isdir(path):
+        raise TasoError(f"{path}: is a directory, expected an ONNX file")
+    try:
+        if path == "-":
+            import sys
+
+            model = onnx.load_model_from_string(sys.stdin.buffer.read())
+        else:
+            model = onnx.load(path, load_external_data=True)
+    except Exception as e:  # DecodeError, missing external data, ...
+        raise TasoError(f"{path}: not a readable ONNX model ({one_line(e)})") from None
+    if not model.HasField("graph") or (len(model.graph.node) == 0 and len(model.graph.output) == 0):
+        raise TasoError(f"{path}: not a valid ONNX model (no graph)")
+    return model
+
+
+def check_model(model: onnx.ModelProto, where: str) -> None:
+    try:
+        if model.ByteSize() < _TWO_GB:
+            onnx.checker.check_model(model)
+    except Exception as e:
+        raise TasoError(f"{where}: invalid ONNX model: {one_line(e)}") from None
+
+
+def _constant_node_value(node: onnx.NodeProto) -> np.ndarray:
+    (attr,) = node.attribute
+    if attr.name == "value":
+        return numpy_helper.to_array(attr.t)
+    if attr.name == "value_float":
+        return np.array(attr.f, dtype=np.float32)
+    if attr.name == "value_floats":
+        return np.array(list(attr.floats), dtype=np.float32)
+    if attr.name == "value_int":
+        return np.array(attr.i, dtype=np.int64)
+    if attr.name == "value_ints":
+        return np.array(list(attr.ints), dtype=np.int64)
+    raise TasoError(f"Constant node '{node.name or node.output[0]}': unsupported constant kind '{attr.name}'")
+
+
+def _to_numpy(t: onnx.TensorProto) -> np.ndarray:
+    numpy_dtype(t.data_type)  # rejects types we cannot carry with a clear message
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        raise TasoError(f"initializer '{t.name}': external data was not loaded")
+    return numpy_helper.to_array(t)
+
+
+def _walk_subgraph_attrs(graph: onnx.GraphProto):
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                yield node, a
+
+
+def _value_type_ok(vi: onnx.ValueInfoProto) -> Optional[str]:
+    t = vi.type
+    if t.WhichOneof("value") != "tensor_type":
+        kind = t.WhichOneof("value") or "unknown"
+        return f"its type is {kind.replace('_type', '')}, only tensors are supported"
+    if not t.tensor_type.HasField("shape"):
+        return "its rank is unknown"
+    if t.tensor_type.elem_type == 0:
+        return "its element type is unknown"
+    return None
+
+
+def _parse_dims(text: str) -> list[int]:
+    try:
+        dims = [int(d) for d in text.lower().split("x")] if text else []
+    except ValueError:
+        raise TasoError(f"bad shape '{text}' (expected e.g. 1x3x224x224)") from None
+    if any(d < 0 for d in dims):
+        raise TasoError(f"bad shape '{text}': dimensions must be >= 0")
+    return dims
+
+
+def import_onnx(
+    model: onnx.ModelProto,
+    ctx: ir.Context,
+    *,
+    input_shapes: Optional[dict[str, str | list[int]]] = None,
+    where: str = "model",
+    convert: bool = True,
+) -> ir.Module:
+    """Import ``model`` into a new module of ``ctx`` (made by ``mlir.make_context``).
+
+    With ``convert`` (the default) the result is in the `taso` dialect; otherwise it is the
+    upstream importer's ``torch.operator "onnx.*"`` form with inline weights.
+    """
+    check_model(model, where)
+    g = model.graph
+    for node, a in _walk_subgraph_attrs(g):
+        raise TasoError(
+            f"{where}: node '{node.name or node.output[0]}' ({node.op_type}) has a subgraph attribute "
+            f"'{a.name}'; control flow (If/Loop/Scan) is not supported yet"
+        )
+    if any(n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.attribute) != 1 for n in g.node):
+        raise TasoError(f"{where}: a Constant node must have exactly one attribute")
+
+    # ---- weights: initializers and Constant nodes, as numpy arrays keyed by tensor name
+    weights: dict[str, np.ndarray] = {}
+    for t in g.initializer:
+        weights[t.name] = _to_numpy(t)
+    if len(g.sparse_initializer):
+        raise TasoError(f"{where}: sparse initializers are not supported")
+    for n in g.node:
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            weights[n.output[0]] = _constant_node_value(n)
+
+    # ---- skeleton for shape inference: weights become typed inputs (small ints keep values)
+    sk = onnx.ModelProto()
+    sk.ir_version = model.ir_version
+    sk.opset_import.extend(model.opset_import)
+    sk.producer_name = model.producer_name
+    sk.producer_version = model.producer_version
+    sk.functions.extend(model.functions)
+    sg = sk.graph
+    sg.name = g.name or "main_graph"
+    overrides = dict(input_shapes or {})
+    real_inputs = [vi for vi in g.input if vi.name not in weights]
+    real_inputs = _with_overrides(real_inputs, overrides)
+    for v in real_inputs:
+        vi = v
+        sg.input.append(v)
+        why = _value_type_ok(v)
+        if why:
+            raise TasoError(f"{where}: graph input '{vi.name}' is not supported: {why}")
+        for i, d in enumerate(v.type.tensor_type.shape.dim):
+            if not d.HasField("dim_value"):
+                sym = f" ('{d.dim_param}')" if d.dim_param else ""
+                raise TasoError(
+                    f"{where}: graph input '{vi.name}' has a dynamic dimension {i}{sym}; dynamic shapes are "
+                    f"not supported: give a static shape with --input-shape {vi.name}=<d0>x<d1>x..."
+                )
+    unknown = set(overrides) - {v.name for v in real_inputs}
+    if unknown:
+        raise TasoError(f"{where}: --input-shape names unknown graph input(s): {', '.join(sorted(unknown))}")
+    for name, arr in weights.items():
+        if np.issubdtype(arr.dtype, np.integer) and arr.size <= _SMALL:
+            sg.initializer.append(numpy_helper.from_array(arr, name))
+        else:
+            sg.input.append(onnx.helper.make_tensor_value_info(
+                name, onnx.helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape))
+    for n in g.node:
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            continue
+        nn = sg.node.add()
+        nn.CopyFrom(n)
+        if n.domain not in ("", "ai.onnx"):
+            nn.attribute.append(onnx.helper.make_attribute(DOMAIN_ATTR, n.domain))
+    sg.output.extend(g.output)
+    try:
+        sk = onnx.shape_inference.infer_shapes(sk, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as e:
+        raise TasoError(f"{where}: ONNX shape inference failed: {one_line(e)}") from None
+
+    # every value must have a tensor type with a known rank
+    known = {vi.name: vi for vi in list(sk.graph.value_info) + list(sk.graph.output) + list(sk.graph.input)}
+    for n in sk.graph.node:
+        for o in n.output:
+            if not o:
+                continue
+            vi = known.get(o)
+            why = "ONNX shape inference could not infer its type" if vi is None else _value_type_ok(vi)
+            if why:
+                raise TasoError(
+                    f"{where}: value '{o}' (output of {n.op_type} node '{n.name}') is not supported: {why}"
+                )
+    # ---- the importer sees placeholders for every weight; our context cache supplies the data
+    del sk.graph.input[:]
+    sk.graph.input.extend(real_inputs)
+    del sk.graph.initializer[:]
+    for name, arr in weights.items():
+        ph = sk.graph.initializer.add()
+        ph.name = name
+        ph.data_type = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
+        ph.dims.extend(arr.shape)
+
+    module = _run_importer(sk, ctx, weights, where)
+    with ctx:
+        fop = next(op.operation for op in module.body.operations if op.operation.name == "func.func")
+        fop.attributes["taso.input_names"] = ir.ArrayAttr.get([ir.StringAttr.get(v.name) for v in real_inputs])
+        fop.attributes["taso.output_names"] = ir.ArrayAttr.get([ir.StringAttr.get(v.name) for v in g.output])
+    if convert:
+        from .convert_onnx_to_taso import convert_module
+
+        convert_module(module, where=where)
+    return module
+
+
+def _with_overrides(real_inputs, overrides) -> list:
+    out = []
+    for vi in real_inputs:
+        v = onnx.ValueInfoProto()
+        v.CopyFrom(vi)
+        if vi.name in overrides:
+            dims = overrides[vi.name]
+            dims = _parse_dims(dims) if isinstance(dims, str) else list(dims)
+            if v.type.WhichOneof("value") != "tensor_type":
+                raise TasoError(f"--input-shape: graph input '{vi.name}' is not a tensor")
+            v.type.tensor_type.shape.Clear()
+            v.type.tensor_type.shape.SetInParent()
+            for d in dims:
+                v.type.tensor_type.shape.dim.add().dim_value = d
+        out.append(v)
+    return out
+
+
+class _InlineWeights(onnx_importer.ContextCache):
+    """The importer's context cache, building inline dense attributes from our numpy weights."""
+
+    __slots__ = ["_weights"]
+
+    def __init__(self, context, weights):
+        super().__init__(context)
+        self._weights = weights
+
+    def tensor_proto_to_attr(self, tp: onnx.TensorProto):
+        if tp.name in self._weights and not tp.raw_data and tp.data_location != onnx.TensorProto.EXTERNAL \
+                and not _has_typed_data(tp):
+            arr = self._weights[tp.name]
+        else:
+            arr = _to_numpy(tp)
+        ttype = self.tensor_proto_to_builtin_type(tp)
+        return dense_attr(arr, ttype)
+
+
+def _has_typed_data(tp) -> bool:
+    return any(len(getattr(tp, f)) for f in (
+        "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data"))
+
+
+def dense_attr(arr: np.ndarray, ttype: ir.Type) -> ir.Attribute:
+    """An inline dense attribute (MLIR stores a splat once)."""
+    return ir.DenseElementsAttr.get(np.ascontiguousarray(arr), type=ttype)
+
+
+def _run_importer(sk: onnx.ModelProto, ctx: ir.Context, weights, where: str) -> ir.Module:
+    cfg = onnx_importer.Config(function_expansion_allowlists_by_domain={"": set()})
+    try:
+        with ctx, ir.Location.unknown():
+            info = onnx_importer.ModelInfo(sk, config=cfg)
+            module = info.create_module(ctx)
+            cc = _InlineWeights(ctx, weights)
+            imp = onnx_importer.NodeImporter.define_function(info.main_graph, module.operation, context_cache=cc)
+            imp.import_all()
+            return module
+    except TasoError:
+        raise
+    except Exception as e:
+        raise TasoError(f"{where}: the ONNX importer failed: {one_line(e)}") from None

@@ -1,0 +1,188 @@
+"""Building and reading `taso` operations (attributes as Python values, segment sizes, shapes)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from .errors import TasoError
+from .mlir import ir
+from .specs import MAX_ARITY, SpecError, spec
+
+_LOC_NAME = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"')
+
+
+def loc_name(loc: ir.Location) -> Optional[str]:
+    """The name of a ``loc("name")`` location (possibly wrapping another), else None."""
+    m = _LOC_NAME.match(str(loc))
+    return m.group(1).encode().decode("unicode_escape") if m else None
+
+
+def named(attrs) -> list:
+    """The NamedAttributes of an op's attribute map or of a DictAttr (iteration yields only names)."""
+    return [attrs[i] for i in range(len(attrs))]
+
+
+def pyval(attr: ir.Attribute) -> Any:
+    """A Python value for an MLIR attribute (ints, floats, strings, lists, numpy arrays)."""
+    if isinstance(attr, ir.BoolAttr):
+        return bool(attr.value)
+    if isinstance(attr, ir.IntegerAttr):
+        return int(attr.value)
+    if isinstance(attr, ir.FloatAttr):
+        return float(attr.value)
+    if isinstance(attr, ir.StringAttr):
+        return attr.value
+    if isinstance(attr, ir.DenseI64ArrayAttr) or isinstance(attr, ir.DenseI32ArrayAttr):
+        return tuple(int(x) for x in attr)
+    if isinstance(attr, ir.ArrayAttr):
+        return [pyval(a) for a in attr]
+    if isinstance(attr, ir.DenseElementsAttr):
+        return np.array(attr)
+    if isinstance(attr, ir.UnitAttr):
+        return True
+    # try a downcast (attributes from some accessors arrive as plain ir.Attribute)
+    down = attr.maybe_downcast() if hasattr(attr, "maybe_downcast") else attr
+    if type(down) is not type(attr):
+        return pyval(down)
+    raise TasoError(f"unsupported attribute {attr}")
+
+
+def mlir_attr(kind: str, value: Any) -> ir.Attribute:
+    if kind == "int":
+        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
+    if kind == "ints":
+        return ir.DenseI64ArrayAttr.get([int(v) for v in value])
+    if kind == "float":
+        return ir.FloatAttr.get(ir.F32Type.get(), float(value))
+    if kind == "str":
+        return ir.StringAttr.get(value)
+    raise ValueError(kind)
+
+
+def type_shape(t: ir.Type) -> Optional[tuple[int, ...]]:
+    """Static shape of a ranked tensor type, else None."""
+    try:
+        shp = ir.RankedTensorType(t).shape
+    except ValueError:
+        return None
+    if any(d < 0 for d in shp):
+        return None
+    return tuple(shp)
+
+
+def shape_of(value: ir.Value) -> Optional[tuple[int, ...]]:
+    """Static shape of a ranked tensor value, else None."""
+    return type_shape(value.type)
+
+
+def elem_type(value_or_type) -> ir.Type:
+    t = value_or_type.type if isinstance(value_or_type, ir.Value) else value_or_type
+    return ir.ShapedType(t).element_type
+
+
+def create_taso_op(name: str, operands: Sequence[ir.Value], result_types: Sequence[ir.Type],
+                   attrs: dict, loc: Optional[ir.Location] = None, extra: Optional[dict] = None) -> ir.Operation:
+    """Create ``taso.<name>`` with attributes completed from the spec (defaults filled, kinds checked)."""
+    s = spec(name)
+    full = s.complete_attrs({k: v for k, v in attrs.items() if k not in ("value", "name")})
+    mattrs = {k: mlir_attr(s.attr(k).kind, v) for k, v in full.items()}
+    if s.variadic_operands:
+        n = len(operands)
+        if not 2 <= n <= MAX_ARITY:
+            raise SpecError(f"taso.{name} takes 2..{MAX_ARITY} operands, got {n}")
+        mattrs["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get([1] * n + [0] * (MAX_ARITY - n))
+    elif s.optional_operands:
+        req = len(s.operands)
+        present = len(operands) - req
+        if not 0 <= present <= len(s.optional_operands):
+            raise SpecError(f"taso.{name}: wrong number of operands ({len(operands)})")
+        mattrs["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get(
+            [1] * req + [1] * present + [0] * (len(s.optional_operands) - present))
+    if s.variadic_results:
+        n = len(result_types)
+        if not 2 <= n <= MAX_ARITY:
+            raise SpecError(f"taso.{name} has 2..{MAX_ARITY} results, got {n}")
+        mattrs["resultSegmentSizes"] = ir.DenseI32ArrayAttr.get([1] * n + [0] * (MAX_ARITY - n))
+    if extra:
+        mattrs.update(extra)
+    return ir.Operation.create(f"taso.{name}", results=list(result_types), operands=list(operands),
+                               attributes=mattrs, loc=loc)
+
+
+def taso_attrs(op: ir.Operation) -> dict:
+    """The spec attributes of a `taso` op as Python values (``value`` as a numpy array)."""
+    s = spec(op.name)
+    out = {}
+    for na in named(op.attributes):
+        if na.name in ("operandSegmentSizes", "resultSegmentSizes"):
+            continue
+        if na.name == "value" and s.value_attr:
+            out["value"] = na.attr
+            continue
+        out[na.name] = pyval(na.attr)
+    return out
+
+
+def verify_taso_op(op: ir.Operation) -> None:
+    """Check one `taso` op against its spec: attributes, static shapes, result shapes. Raises TasoError."""
+    s = spec(op.name)
+    where = str(op.location)
+    try:
+        attrs = taso_attrs(op)
+        if s.value_attr:
+            v = attrs.get("value")
+            if not isinstance(v, ir.DenseElementsAttr):
+                raise SpecError("'value' must be an inline dense elements attribute (dense<...>)")
+            if v.type != op.results[0].type:
+                raise SpecError(f"value type {v.type} differs from result type {op.results[0].type}")
+            if "name" not in attrs:
+                raise SpecError("missing 'name'")
+        full = s.complete_attrs({k: v for k, v in attrs.items() if k not in ("value", "name")})
+        ins = []
+        for v in op.operands:
+            shp = shape_of(v)
+            if shp is None:
+                raise SpecError(f"operand type {v.type} is not a statically shaped tensor")
+            ins.append(shp)
+        outs = []
+        for r in op.results:
+            shp = shape_of(r)
+            if shp is None:
+                raise SpecError(f"result type {r.type} is not a statically shaped tensor")
+            outs.append(shp)
+        expect = s.shape(ins, full, outs)
+        if [tuple(e) for e in expect] != outs:
+            raise SpecError(f"result shapes {[list(o) for o in outs]} differ from the spec's {[list(e) for e in expect]}")
+        ets = {str(elem_type(v)) for v in list(op.operands) + list(op.results)}
+        if len(ets) > 1 and s.name != "weight":
+            raise SpecError(f"mixed element types {sorted(ets)}")
+    except SpecError as e:
+        raise TasoError(f"{where}: '{op.name}' op: {e}") from None
+
+
+def verify_module(module_op: ir.Operation) -> None:
+    """MLIR's verifier, then the spec checks on every `taso` op."""
+    try:
+        ok = module_op.verify()
+    except ir.MLIRError as e:
+        raise TasoError(f"invalid IR: {_diag_line(e)}") from None
+    if not ok:
+        raise TasoError("invalid IR (the MLIR verifier failed)")
+
+    def walk(op):
+        if op.name.startswith("taso."):
+            verify_taso_op(op)
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(walk)
+
+
+def _diag_line(e: ir.MLIRError) -> str:
+    diags = getattr(e, "error_diagnostics", None)
+    if diags:
+        d = diags[0]
+        return f"{d.location}: {d.message}"
+    return " ".join(str(e).split())

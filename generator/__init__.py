@@ -1,0 +1,1 @@
+"""taso_mlir.generator (see DESIGN.md); not built yet."""

@@ -1,0 +1,1 @@
+"""taso_mlir.verifier (see DESIGN.md); not built yet."""
