@@ -1,0 +1,1 @@
+"""The `taso` dialect: operator specs, IRDL definition, ONNX import and export."""

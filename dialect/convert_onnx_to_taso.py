@@ -295,13 +295,31 @@ def _scalar_constant(n: _Node) -> Optional[np.ndarray]:
 # --------------------------------------------------------------------------------------------
 
 
-def convert_module(module: ir.Module, *, where: str = "module", default_opset: int = DEFAULT_OPSET) -> None:
-    """Run convert-onnx-to-taso over every function of ``module`` (in place)."""
-    res = _Resources(module.operation)
-    with module.context:
-        for op in list(module.body.operations):
-            if op.operation.name == "func.func":
-                _convert_func(op.operation, res, where, default_opset)
+def convert_module(module, *, where: str = "module", default_opset: int = DEFAULT_OPSET) -> None:
+    """Run convert-onnx-to-taso over every function of ``module`` (an ir.Module or its operation),
+    in place. Raises TasoError on input it cannot convert faithfully."""
+    op = module.operation if isinstance(module, ir.Module) else module
+    res = _Resources(op)
+    with op.context:
+        for f in list(op.regions[0].blocks[0].operations):
+            if f.operation.name == "func.func":
+                _convert_func(f.operation, res, where, default_opset)
+        _drop_unused_weights(op)
+
+
+def _drop_unused_weights(op: ir.Operation) -> None:
+    for f in op.regions[0].blocks[0].operations:
+        if f.operation.name != "func.func":
+            continue
+        for o in list(f.operation.regions[0].blocks[0].operations):
+            if o.operation.name == "taso.weight" and not _has_uses(o.operation.results[0]):
+                o.operation.erase()
+
+
+def _has_uses(v: ir.Value) -> bool:
+    for _ in v.uses:
+        return True
+    return False
 
 
 def _node_of(o: ir.Operation, vmap) -> Optional[_Node]:

@@ -1,0 +1,246 @@
+"""Our passes, their options, and pipelines that mix them with upstream MLIR passes.
+
+MLIR's textual pipeline parser does not know Python passes, so ``build_pass_manager`` splits a
+``builtin.module(...)`` pipeline itself: upstream elements go to ``PassManager.add(str)``, ours are
+added as Python passes (``PassManager.add(callable)``) in order. Options use MLIR's syntax,
+``name{key=value key2=value2}``.
+
+Embedding in another compiler's pipeline::
+
+    from taso_mlir.passes import add_taso_pass
+    pm = PassManager.parse("builtin.module(canonicalize)")
+    add_taso_pass(pm, "convert-onnx-to-taso", opset=17)
+    pm.run(module.operation)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from taso_mlir.dialect.errors import TasoError, one_line
+from taso_mlir.dialect.mlir import ir, passmanager
+
+
+@dataclass(frozen=True)
+class PassOption:
+    name: str
+    type: type
+    default: Any
+    help: str
+
+
+@dataclass(frozen=True)
+class PassInfo:
+    argument: str
+    summary: str
+    run: Callable[[ir.Operation, dict], None]  # (module op, options) -> None; raises TasoError
+    options: tuple[PassOption, ...] = ()
+
+    def parse_options(self, given: dict[str, str]) -> dict:
+        out = {o.name: o.default for o in self.options}
+        known = {o.name: o for o in self.options}
+        for k, v in given.items():
+            if k not in known:
+                names = ", ".join(known) or "none"
+                raise TasoError(f"pass '{self.argument}' has no option '{k}' (options: {names})")
+            out[k] = _coerce(self.argument, known[k], v)
+        return out
+
+
+def _coerce(pass_name: str, opt: PassOption, v: Any) -> Any:
+    if not isinstance(v, str):
+        return opt.type(v)
+    try:
+        if opt.type is bool:
+            if v.lower() in ("1", "true", "on", "yes"):
+                return True
+            if v.lower() in ("0", "false", "off", "no"):
+                return False
+            raise ValueError(v)
+        return opt.type(v)
+    except ValueError:
+        raise TasoError(f"pass '{pass_name}': option '{opt.name}' expects {opt.type.__name__}, got '{v}'") from None
+
+
+REGISTRY: dict[str, PassInfo] = {}
+
+
+def register(info: PassInfo) -> PassInfo:
+    REGISTRY[info.argument] = info
+    return info
+
+
+# ---------------------------------------------------------------------------------------------
+# the passes
+
+
+def _run_convert(op: ir.Operation, opts: dict) -> None:
+    from taso_mlir.dialect.convert_onnx_to_taso import convert_module
+
+    convert_module(op, default_opset=opts["opset"])
+
+
+def _run_verify(op: ir.Operation, opts: dict) -> None:
+    from taso_mlir.dialect.ops import verify_module
+
+    verify_module(op)
+
+
+def _run_dce(op: ir.Operation, opts: dict) -> None:
+    from .dce import dead_code_elimination
+
+    dead_code_elimination(op)
+
+
+register(PassInfo(
+    "convert-onnx-to-taso",
+    "Convert ONNX operations (torch-mlir importer or onnx-mlir generic form) into the taso dialect; "
+    "operators outside TASO's set stay generic onnx.<Op> operations",
+    _run_convert,
+    (PassOption("opset", int, 17, "default-domain opset when the input does not record one"),),
+))
+register(PassInfo(
+    "taso-verify",
+    "Check every taso op against its operator spec (attributes, static shapes, result shapes)",
+    _run_verify,
+))
+register(PassInfo(
+    "taso-dce",
+    "Remove taso and onnx operations whose results are unused (ONNX operators have no side effects)",
+    _run_dce,
+))
+
+
+# ---------------------------------------------------------------------------------------------
+# Python pass manager integration
+
+
+class _PyPass:
+    """A callable for PassManager.add carrying its options (the bindings have no option mechanism)."""
+
+    def __init__(self, info: PassInfo, options: dict):
+        self.info, self.options = info, options
+        self.__name__ = info.argument
+        self.error: Optional[str] = None
+
+    def __call__(self, op: ir.Operation, pass_) -> None:
+        try:
+            self.info.run(op, self.options)
+        except TasoError as e:
+            self.error = str(e)
+            _PENDING_ERRORS.append(self.error)
+            pass_.signal_pass_failure()
+
+
+_PENDING_ERRORS: list[str] = []
+
+
+def add_taso_pass(pm: passmanager.PassManager, argument: str, **options) -> None:
+    """Append our pass ``argument`` (e.g. "convert-onnx-to-taso") with keyword options to ``pm``."""
+    if argument not in REGISTRY:
+        raise TasoError(f"unknown taso pass '{argument}' (known: {', '.join(sorted(REGISTRY))})")
+    info = REGISTRY[argument]
+    p = _PyPass(info, info.parse_options({k.replace("_", "-"): v for k, v in options.items()}))
+    pm.add(p, name=argument, argument=argument, description=info.summary)
+
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Split at ``sep`` outside (), {}, [] and quotes."""
+    parts, depth, cur, quote = [], 0, [], None
+    for ch in text:
+        if quote:
+            cur.append(ch)
+            if ch == quote:
+                quote = None
+            continue
+        if ch in "\"'":
+            quote = ch
+        elif ch in "({[":
+            depth += 1
+        elif ch in ")}]":
+            depth -= 1
+            if depth < 0:
+                raise TasoError(f"unbalanced brackets in pass pipeline '{text}'")
+        if ch == sep and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if depth != 0 or quote:
+        raise TasoError(f"unbalanced brackets in pass pipeline '{text}'")
+    tail = "".join(cur).strip()
+    if tail:
+        parts.append(tail)
+    return [p for p in parts if p]
+
+
+def parse_element(elem: str) -> tuple[str, dict[str, str], Optional[str]]:
+    """``name{k=v k2=v2}`` -> (name, {k: v}, None); ``anchor(nested)`` -> (anchor, {}, nested)."""
+    elem = elem.strip()
+    name_end = len(elem)
+    for i, ch in enumerate(elem):
+        if ch in "{(":
+            name_end = i
+            break
+    name = elem[:name_end].strip()
+    rest = elem[name_end:].strip()
+    if not rest:
+        return name, {}, None
+    if rest[0] == "(":
+        if not rest.endswith(")"):
+            raise TasoError(f"malformed pipeline element '{elem}'")
+        return name, {}, rest[1:-1]
+    if not rest.endswith("}"):
+        raise TasoError(f"malformed pipeline element '{elem}'")
+    opts = {}
+    for item in split_top_level(rest[1:-1], " "):
+        if "=" not in item:
+            opts[item] = "true"
+            continue
+        k, v = item.split("=", 1)
+        opts[k.strip()] = v.strip().strip("'\"")
+    return name, opts, None
+
+
+def build_pass_manager(pipeline: str, ctx: ir.Context) -> passmanager.PassManager:
+    """A PassManager for ``builtin.module(...)`` mixing upstream and taso passes, in order."""
+    text = pipeline.strip()
+    name, _, inner = parse_element(text)
+    if name != "builtin.module" or inner is None:
+        raise TasoError(f"the pass pipeline must be 'builtin.module(...)', got '{pipeline}'")
+    with ctx:
+        pm = passmanager.PassManager("builtin.module")
+        for elem in split_top_level(inner):
+            ename, opts, nested = parse_element(elem)
+            if ename in REGISTRY:
+                if nested is not None:
+                    raise TasoError(f"'{ename}' is a pass, not an op anchor")
+                info = REGISTRY[ename]
+                p = _PyPass(info, info.parse_options(opts))
+                pm.add(p, name=ename, argument=ename, description=info.summary)
+            else:
+                if nested is not None:
+                    for inner_elem in split_top_level(nested):
+                        if parse_element(inner_elem)[0] in REGISTRY:
+                            raise TasoError(f"taso pass '{parse_element(inner_elem)[0]}' runs on builtin.module, "
+                                            f"not nested in '{ename}(...)'")
+                try:
+                    pm.add(elem)
+                except Exception as e:
+                    raise TasoError(f"unknown or malformed pass '{elem}': {one_line(e)}") from None
+    return pm
+
+
+def run_pass_manager(pm: passmanager.PassManager, module_op: ir.Operation) -> None:
+    """Run ``pm``; our passes' errors come back as one-line TasoErrors."""
+    del _PENDING_ERRORS[:]
+    try:
+        pm.run(module_op)
+    except Exception as e:
+        if _PENDING_ERRORS:
+            raise TasoError(_PENDING_ERRORS[0]) from None
+        diags = getattr(e, "error_diagnostics", None)
+        if diags:
+            raise TasoError(f"{diags[0].location}: {diags[0].message}") from None
+        raise TasoError(f"pass pipeline failed: {one_line(e)}") from None

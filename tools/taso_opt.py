@@ -1,0 +1,360 @@
+"""taso-opt: an mlir-opt-style driver for taso-mlir.
+
+    taso-opt model.onnx -o model.mlir                      # import (into the taso dialect)
+    taso-opt model.mlir --convert-onnx-to-taso --taso-dce  # our passes as flags, in order
+    taso-opt in.mlir --pass-pipeline='builtin.module(canonicalize,convert-onnx-to-taso{opset=17})'
+    taso-opt model.onnx -o out.onnx                        # round trip back to ONNX
+
+Input: ``.onnx``, ``.mlir``, ``.mlirbc`` or ``-`` (MLIR text or bytecode on stdin). Output format from
+the ``-o`` suffix: ``.onnx``, ``.mlirbc`` (bytecode), otherwise MLIR text (``--emit-bytecode`` forces
+bytecode). Unknown ``--<name>`` flags are tried as upstream MLIR passes (``--canonicalize``, ``--cse``).
+Errors are one line on stderr with a non-zero exit; outputs are written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import tempfile
+import time
+from typing import Optional
+
+EXIT_ERROR = 1
+EXIT_INTERNAL = 2
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from taso_mlir.passes.registry import REGISTRY
+
+    epilog = "taso passes (flags or --pass-pipeline elements):\n" + "\n".join(
+        f"  --{p.argument:<24} {p.summary}" + "".join(
+            f"\n      {{{o.name}={o.default}}}  {o.help}" for o in p.options)
+        for p in REGISTRY.values()) + \
+        "\n\nAny other --<pass> flag is parsed as an upstream MLIR pass (e.g. --canonicalize, --cse)."
+    ap = argparse.ArgumentParser(
+        prog="taso-opt", description="mlir-opt-style driver for the taso dialect and passes",
+        epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    ap.add_argument("input", nargs="?", default="-", help="input file (.onnx, .mlir, .mlirbc) or - for stdin")
+    ap.add_argument("-o", dest="output", default="-", help="output file (.onnx, .mlirbc, .mlir) or - for stdout")
+    ap.add_argument("--pass-pipeline", help="textual pipeline: 'builtin.module(pass1,pass2{opt=v},...)'")
+    for p in REGISTRY.values():
+        ap.add_argument(f"--{p.argument}", dest="passes", action="append_const", const=p.argument, help=p.summary)
+    ap.add_argument("--mlir-print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
+    ap.add_argument("--mlir-timing", action="store_true", help="report pass timing (stderr)")
+    ap.add_argument("--split-input-file", action="store_true",
+                    help="split MLIR input at '// -----' and process each chunk independently")
+    ap.add_argument("--mlir-elide-elementsattrs-if-larger", type=int, metavar="N",
+                    help="print elements attributes with more than N elements elided")
+    ap.add_argument("--allow-unregistered-dialect", action="store_true",
+                    help="allow operations of unregistered dialects besides onnx.* (always allowed)")
+    ap.add_argument("--emit-bytecode", action="store_true", help="write MLIR bytecode")
+    ap.add_argument("--emit-irdl", action="store_true", help="print the taso dialect's IRDL definition and exit")
+    ap.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0xD1x...",
+                    help="static shape for a graph input of an ONNX model (repeatable)")
+    ap.add_argument("--no-verify-each", action="store_true", help="do not run the verifier after each pass")
+    return ap
+
+
+def _die(msg: str, code: int = EXIT_ERROR) -> int:
+    sys.stderr.write(f"taso-opt: error: {msg}\n")
+    return code
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return _die("interrupted", 130)
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # last resort: never a traceback for users
+        from taso_mlir.dialect.errors import TasoError, one_line
+
+        if isinstance(e, TasoError):
+            return _die(str(e))
+        if os.environ.get("TASO_DEBUG"):
+            raise
+        return _die(f"internal error: {type(e).__name__}: {one_line(e)} (set TASO_DEBUG=1 for a traceback)",
+                    EXIT_INTERNAL)
+
+
+def _main(argv: list[str]) -> int:
+    ap = _build_parser()
+    args, extra = ap.parse_known_args(argv)
+    from taso_mlir.dialect.errors import TasoError
+
+    if args.emit_irdl:
+        from taso_mlir.dialect.irdl_gen import taso_irdl_text
+
+        _write_text(args.output, taso_irdl_text())
+        return 0
+
+    # the pass list, in command-line order: our flags and upstream --<pass> flags
+    steps: list[str] = []
+    ours = set(args.passes or [])
+    for a in argv:
+        if a.startswith("--") and a[2:] in ours:
+            steps.append(a[2:])
+        elif a in extra:
+            if not a.startswith("--") or a == "--":
+                raise TasoError(f"unexpected argument '{a}'")
+            steps.append(a[2:])
+    if args.pass_pipeline and steps:
+        raise TasoError("use either --pass-pipeline or pass flags, not both")
+    pipeline = args.pass_pipeline or (f"builtin.module({','.join(steps)})" if steps else None)
+
+    in_path, out_path = args.input, args.output
+    if out_path != "-" and in_path != "-" and os.path.exists(out_path) and os.path.exists(in_path) \
+            and os.path.samefile(in_path, out_path):
+        raise TasoError(f"{out_path}: refusing to overwrite the input file")
+    out_kind = _out_kind(out_path, args.emit_bytecode)
+    in_kind = _in_kind(in_path)
+    if in_kind == "onnx" and args.split_input_file:
+        raise TasoError("--split-input-file applies to MLIR text input only")
+    if args.input_shape and in_kind != "onnx":
+        raise TasoError("--input-shape applies to ONNX input only")
+
+    if in_kind == "onnx":
+        shapes = {}
+        for spec in args.input_shape:
+            if "=" not in spec:
+                raise TasoError(f"--input-shape expects NAME=D0xD1x..., got '{spec}'")
+            k, v = spec.split("=", 1)
+            shapes[k] = v
+        chunks = [None]
+    else:
+        data = _read_input(in_path)
+        if args.split_input_file:
+            if isinstance(data, bytes):
+                raise TasoError("--split-input-file applies to MLIR text input only")
+            chunks = data.split("// -----")
+        else:
+            chunks = [data]
+    if out_kind == "onnx" and len(chunks) != 1:
+        raise TasoError("ONNX output needs a single module (drop --split-input-file)")
+
+    outputs: list = []
+    failures = 0
+    for i, chunk in enumerate(chunks):
+        try:
+            outputs.append(_process(args, pipeline, in_kind, in_path, chunk, out_kind,
+                                    shapes if in_kind == "onnx" else None, offset=_line_offset(chunks, i)))
+        except TasoError as e:
+            if len(chunks) == 1:
+                raise
+            sys.stderr.write(f"taso-opt: error: {e}\n")
+            failures += 1
+    if out_kind == "onnx":
+        from taso_mlir.dialect.onnx_export import save_onnx
+
+        if out_path == "-":
+            sys.stdout.buffer.write(outputs[0].SerializeToString())
+        else:
+            save_onnx(outputs[0], out_path)
+    elif out_kind == "bytecode":
+        _write_bytes(out_path, b"".join(outputs))
+    else:
+        _write_text(out_path, "// -----\n".join(outputs))
+    return EXIT_ERROR if failures else 0
+
+
+def _line_offset(chunks, i) -> int:
+    if chunks[0] is None:
+        return 0
+    return sum(c.count("\n") for c in chunks[:i])
+
+
+def _in_kind(path: str) -> str:
+    low = path.lower()
+    if low.endswith(".onnx"):
+        return "onnx"
+    if low.endswith(".mlirbc"):
+        return "bytecode"
+    return "mlir"
+
+
+def _out_kind(path: str, emit_bytecode: bool) -> str:
+    low = path.lower()
+    if low.endswith(".onnx"):
+        return "onnx"
+    if emit_bytecode or low.endswith(".mlirbc"):
+        return "bytecode"
+    return "text"
+
+
+def _read_input(path: str):
+    from taso_mlir.dialect.errors import TasoError
+
+    try:
+        if path == "-":
+            raw = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as f:
+                raw = f.read()
+    except FileNotFoundError:
+        raise TasoError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TasoError(f"{path}: is a directory") from None
+    except OSError as e:
+        raise TasoError(f"{path}: cannot read ({e.strerror})") from None
+    if raw.startswith(b"ML\xefR"):
+        return raw
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TasoError(f"{path}: not MLIR text or bytecode (is it an ONNX file without the .onnx suffix?)") from None
+
+
+class _Diagnostics:
+    """Collects MLIR diagnostics so that they come out as our one-line errors, not library noise."""
+
+    def __init__(self, ctx, offset: int = 0):
+        self.messages: list[str] = []
+        self.offset = offset
+        self.handle = ctx.attach_diagnostic_handler(self)
+
+    def __call__(self, d) -> bool:
+        if str(d.severity).endswith("ERROR"):
+            self.messages.append(f"{_loc_text(d.location, self.offset)}: {d.message}")
+        return True
+
+    def first(self) -> Optional[str]:
+        return self.messages[0] if self.messages else None
+
+    def detach(self):
+        self.handle.detach()
+
+
+def _loc_text(loc, offset: int) -> str:
+    import re
+
+    s = str(loc)
+    m = re.match(r'^loc\("([^"]*)":(\d+):(\d+)\)$', s)
+    if m:
+        return f"{m.group(1)}:{int(m.group(2)) + offset}:{m.group(3)}"
+    return s
+
+
+def _process(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, offset=0):
+    from taso_mlir.dialect.errors import TasoError, one_line
+    from taso_mlir.dialect.mlir import ir, make_context
+    from taso_mlir.dialect.ops import verify_module
+    from taso_mlir.passes.registry import build_pass_manager, run_pass_manager
+
+    ctx = make_context()
+    diags = _Diagnostics(ctx, offset)
+    try:
+        if in_kind == "onnx":
+            from taso_mlir.dialect.onnx_import import import_onnx, load_onnx
+
+            model = load_onnx(in_path)
+            module = import_onnx(model, ctx, input_shapes=shapes, where=in_path)
+            del model
+        else:
+            name = "<stdin>" if in_path == "-" else in_path
+            try:
+                with ctx:
+                    module = ir.Module.parse(chunk, ctx)
+            except ir.MLIRError as e:
+                msg = (diags.first() or one_line(e)).replace('"-"', name)
+                raise TasoError(f"{name}: cannot parse MLIR: {msg}") from None
+            except Exception as e:
+                raise TasoError(f"{name}: cannot parse MLIR: {diags.first() or one_line(e)}") from None
+            _check_unregistered(module, args.allow_unregistered_dialect)
+            verify_module(module.operation)
+        if pipeline:
+            pm = build_pass_manager(pipeline, ctx)
+            if args.mlir_print_ir_after_all:
+                pm.enable_ir_printing(print_after_all=True,
+                                      large_elements_limit=args.mlir_elide_elementsattrs_if_larger)
+            if args.mlir_timing:
+                pm.enable_timing()
+            if args.no_verify_each:
+                pm.enable_verifier(False)
+            run_pass_manager(pm, module.operation)
+            verify_module(module.operation)
+        if out_kind == "onnx":
+            from taso_mlir.dialect.onnx_export import export_onnx
+
+            return export_onnx(module)
+        if out_kind == "bytecode":
+            buf = io.BytesIO()
+            module.operation.write_bytecode(buf)
+            return buf.getvalue()
+        buf = io.StringIO()
+        module.operation.print(file=buf, large_elements_limit=args.mlir_elide_elementsattrs_if_larger,
+                               assume_verified=True)
+        text = buf.getvalue()
+        return text if text.endswith("\n") else text + "\n"
+    except TasoError:
+        raise
+    except ir.MLIRError as e:
+        raise TasoError(diags.first() or one_line(e)) from None
+    finally:
+        diags.detach()
+
+
+def _check_unregistered(module, allowed: bool) -> None:
+    """Only onnx.* (and the importer's torch.*) may be unregistered unless the flag says otherwise."""
+    from taso_mlir.dialect.errors import TasoError
+    from taso_mlir.dialect.mlir import ir
+
+    if allowed:
+        return
+    bad = []
+
+    def visit(op):
+        name = op.name
+        dialect = name.split(".", 1)[0]
+        if dialect not in ("onnx", "taso", "torch", "builtin", "func") and not op.context.is_registered_operation(name):
+            bad.append((name, str(op.location)))
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if bad:
+        raise TasoError(f"{bad[0][1]}: unregistered operation '{bad[0][0]}' (pass --allow-unregistered-dialect "
+                        f"to allow it)")
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    from taso_mlir.dialect.errors import TasoError
+
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(d):
+        raise TasoError(f"{path}: directory does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".taso-", dir=d)
+    except OSError as e:
+        raise TasoError(f"{path}: cannot write ({e.strerror})") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise TasoError(f"{path}: cannot write ({e.strerror})") from None
+
+
+def _write_text(path: str, text: str) -> None:
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        _atomic_write(path, text.encode("utf-8"))
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    if path == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    else:
+        _atomic_write(path, data)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
