@@ -488,6 +488,9 @@ def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, counter) ->
             from .onnx_import import dense_attr
             value = dense_attr(arr, tensor_type(arr.shape, {"float32": "f32", "int64": "si64"}[str(arr.dtype)]))
         wname = loc_name(n.loc)
+        if not wname and "value" in n.attrs:
+            m = _DENSE_RESOURCE_RE.match(str(n.attrs["value"]))
+            wname = m.group(1) if m else None
         if not wname:
             counter[0] += 1
             wname = f"const_{counter[0]}"

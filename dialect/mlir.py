@@ -11,6 +11,7 @@ import types
 
 from torch_mlir import ir, passmanager, rewrite  # noqa: F401  (re-exported)
 from torch_mlir.dialects import func, irdl, pdl  # noqa: F401  (re-exported)
+from torch_mlir.dialects import torch as _torch_dialect
 from torch_mlir.extras import onnx_importer  # noqa: F401  (re-exported)
 
 __all__ = [
@@ -49,6 +50,8 @@ def make_context(load_taso: bool = True) -> ir.Context:
     _register_empty_dialect_modules()
     ctx = ir.Context()
     ctx.allow_unregistered_dialects = True
+    # the importer's torch.operator form (torch-mlir-import-onnx output) must parse too
+    _torch_dialect.register_dialect(ctx)
     if load_taso:
         from .irdl_gen import load_taso_dialect
 

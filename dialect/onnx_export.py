@@ -150,6 +150,8 @@ class _Exporter:
                     self.vname[r] = nm
                 else:
                     hint = loc_name(o.location) or "t"
+                    if o.name == "taso.weight":
+                        hint = o.attributes["name"].value or hint
                     if len(o.results) > 1:
                         hint = f"{hint}_{r.result_number}" if hasattr(r, "result_number") else hint
                     nm = self.names.fresh(hint)

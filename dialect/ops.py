@@ -11,7 +11,7 @@ from .errors import TasoError
 from .mlir import ir
 from .specs import MAX_ARITY, SpecError, spec
 
-_LOC_NAME = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"')
+_LOC_NAME = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"(?:\)|\()')
 
 
 def loc_name(loc: ir.Location) -> Optional[str]:
@@ -172,12 +172,17 @@ def verify_module(module_op: ir.Operation) -> None:
     if not ok:
         raise TasoError("invalid IR (the MLIR verifier failed)")
 
+    taso_ops = []
+
     def walk(op):
+        # exceptions cannot cross the walk callback: collect, then check outside
         if op.name.startswith("taso."):
-            verify_taso_op(op)
+            taso_ops.append(op)
         return ir.WalkResult.ADVANCE
 
     module_op.walk(walk)
+    for op in taso_ops:
+        verify_taso_op(op)
 
 
 def _diag_line(e: ir.MLIRError) -> str:

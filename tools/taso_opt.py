@@ -238,7 +238,28 @@ def _loc_text(loc, offset: int) -> str:
     return s
 
 
+def _fix_locs(msg: str, name: str, offset: int) -> str:
+    """Point MLIR's ``loc("-":L:C)`` / ``"-":L:C`` at the real file and line (split chunks included)."""
+    import re
+
+    def sub(m):
+        return f"{name}:{int(m.group(1)) + offset}:{m.group(2)}"
+
+    msg = re.sub(r'loc\("-":(\d+):(\d+)\)', sub, msg)
+    return re.sub(r'"-":(\d+):(\d+)', sub, msg)
+
+
 def _process(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, offset=0):
+    from taso_mlir.dialect.errors import TasoError
+
+    name = "<stdin>" if in_path == "-" else in_path
+    try:
+        return _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, offset)
+    except TasoError as e:
+        raise TasoError(_fix_locs(str(e), name, offset)) from None
+
+
+def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, offset=0):
     from taso_mlir.dialect.errors import TasoError, one_line
     from taso_mlir.dialect.mlir import ir, make_context
     from taso_mlir.dialect.ops import verify_module
@@ -259,10 +280,10 @@ def _process(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, offset=0
                 with ctx:
                     module = ir.Module.parse(chunk, ctx)
             except ir.MLIRError as e:
-                msg = (diags.first() or one_line(e)).replace('"-"', name)
-                raise TasoError(f"{name}: cannot parse MLIR: {msg}") from None
+                msg = (diags.first() or one_line(e)).replace("Unable to parse module assembly: error: ", "")
+                raise TasoError(f"cannot parse MLIR: {msg.split(' note: ')[0]}") from None
             except Exception as e:
-                raise TasoError(f"{name}: cannot parse MLIR: {diags.first() or one_line(e)}") from None
+                raise TasoError(f"cannot parse MLIR: {diags.first() or one_line(e)}") from None
             _check_unregistered(module, args.allow_unregistered_dialect)
             verify_module(module.operation)
         if pipeline:
