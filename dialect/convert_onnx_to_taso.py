@@ -224,6 +224,63 @@ RAISERS = {
     "BatchNormalization": _r_batchnorm,
 }
 
+#: The attributes each raiser understands. A node carrying any other attribute (a legacy one such as
+#: ``consumed_inputs``, ``broadcast``/``axis`` of Add-6, ``is_test`` of BatchNormalization-6, or one from a
+#: newer opset) is kept as a generic operation, so that nothing is dropped or reinterpreted.
+RAISER_ATTRS = {
+    "Conv": {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"},
+    "MatMul": set(),
+    "Add": set(),
+    "Mul": set(),
+    "Relu": set(),
+    "Sigmoid": set(),
+    "Tanh": set(),
+    "Transpose": {"perm"},
+    "Reshape": {"shape", "allowzero"},  # the result type is static: both only restate it
+    "Concat": {"axis"},
+    "Split": {"axis", "split", "num_outputs"},  # the result types give the sizes
+    "MaxPool": {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"},
+    "AveragePool": {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"},
+    # momentum only matters for training; spatial (opsets 7-8) must be 1, checked below
+    "BatchNormalization": {"epsilon", "momentum", "training_mode", "spatial"},
+}
+
+
+def _raisable(n: _Node, opset: int) -> bool:
+    """Whether the node means, in its opset, what its raiser (and the taso op's export) assumes."""
+    if set(n.attrs) - RAISER_ATTRS.get(n.op_type, set()):
+        return False
+    if n.op_type in ("Add", "Mul") and opset < 7:
+        # legacy broadcasting (broadcast/axis attributes) differs from numpy's; the taso op is exported
+        # without them, which is only right for equal shapes
+        shapes = [shape_of(v) for v in n.operands]
+        return all(s is not None for s in shapes) and len(set(shapes)) == 1
+    if n.op_type == "Concat" and opset < 4 and "axis" not in n.attrs:
+        return False  # Concat-1's default axis is 1
+    if n.op_type == "BatchNormalization":
+        # before opset 7 the node runs in training mode unless is_test=1, and the export cannot say so
+        return opset >= 7 and n.get("spatial", 1) == 1
+    return True
+
+
+def _spec_accepts(tname: str, operands, results, attrs) -> bool:
+    """Whether ``taso.<tname>`` expresses the node: its spec's constraints hold (e.g. pooling pads
+    smaller than the kernel) and all element types agree. A result shape that differs from ONNX's
+    inference is not caught here: ``verify_taso_op`` reports that loudly, as a disagreement."""
+    s = spec(tname)
+    try:
+        full = s.complete_attrs(attrs)
+        ins = [shape_of(v) for v in operands]
+        outs = [type_shape(t) for t in results]
+        if any(x is None for x in ins + outs):
+            return False
+        s.shape(ins, full, outs)
+    except SpecError:
+        return False
+    ets = {str(ir.ShapedType(v.type).element_type) for v in operands}
+    ets |= {str(ir.ShapedType(t).element_type) for t in results}
+    return len(ets) <= 1
+
 
 # --------------------------------------------------------------------------------------------
 # resources: dense_resource blobs can only be read back from the printed module
@@ -324,6 +381,7 @@ def _has_uses(v: ir.Value) -> bool:
 
 def _node_of(o: ir.Operation, vmap) -> Optional[_Node]:
     name = o.name
+    node_name = None
     if name == "torch.operator":
         full = o.attributes["name"].value
         if not full.startswith("onnx."):
@@ -344,17 +402,20 @@ def _node_of(o: ir.Operation, vmap) -> Optional[_Node]:
         domain = ""
         if "taso.domain" in attrs:
             domain = attrs.pop("taso.domain").value
-        attrs.pop("onnx_node_name", None)
+        node_name = attrs.pop("onnx_node_name", None)
         if op_type == "Custom" and "function_name" in attrs:
             op_type = attrs.pop("function_name").value
             domain = attrs.pop("domain_name").value if "domain_name" in attrs else domain
     else:
         return None
+    loc = o.location
+    if name.startswith("onnx.") and node_name is not None:
+        loc = ir.Location.name(node_name.value, childLoc=o.location)
     if len(o.regions):
         raise TasoError(f"{o.location}: '{op_type}' has regions (subgraphs); control flow is not supported yet")
     operands = [vmap[v] for v in o.operands]
     results = [_builtin(r.type, o) for r in o.results]
-    return _Node(op_type, domain, operands, results, attrs, o.location, o)
+    return _Node(op_type, domain, operands, results, attrs, loc, o)
 
 
 def _builtin(t: ir.Type, o) -> ir.Type:
@@ -378,6 +439,19 @@ def read_opsets(attr: ir.Attribute) -> dict[str, int]:
     return out
 
 
+def _named_from_attrs(attr, count) -> Optional[list]:
+    """onnx-mlir's ``{onnx.name = "x"}`` argument/result attributes -> names (None if absent)."""
+    if attr is None:
+        return None
+    names = []
+    for d in ir.ArrayAttr(attr):
+        d = ir.DictAttr(d)
+        names.append(d["onnx.name"].value if "onnx.name" in d else None)
+    if not any(names) or (count is not None and len(names) != count):
+        return None
+    return names
+
+
 def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset: int) -> None:
     old_block = fop.regions[0].blocks[0]
     fattrs = {na.name: na.attr for na in named(fop.attributes)}
@@ -396,11 +470,13 @@ def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset:
         opsets.setdefault("", default_opset)
     ir_version = pyval(fattrs["taso.ir_version"]) if "taso.ir_version" in fattrs else (
         pyval(fattrs["torch.onnx_meta.ir_version"]) if "torch.onnx_meta.ir_version" in fattrs else 8)
-    in_names = [loc_name(a.location) for a in old_block.arguments]
+    in_names = _named_from_attrs(fattrs.get("arg_attrs"), len(old_block.arguments)) or \
+        [loc_name(a.location) for a in old_block.arguments]
     if "taso.input_names" in fattrs:
         in_names = pyval(fattrs["taso.input_names"])
     in_names = [n or f"input_{i}" for i, n in enumerate(in_names)]
-    out_names = pyval(fattrs["taso.output_names"]) if "taso.output_names" in fattrs else None
+    out_names = pyval(fattrs["taso.output_names"]) if "taso.output_names" in fattrs else \
+        _named_from_attrs(fattrs.get("res_attrs"), None)
 
     vmap: dict = {}
     arg_types = [_builtin(a.type, fop) for a in old_block.arguments]
@@ -429,7 +505,7 @@ def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset:
             if name in ("torch.constant.none", "onnx.NoValue"):
                 vmap[o.results[0]] = _NONE
                 continue
-            if name == "func.return":
+            if name in ("func.return", "onnx.Return"):
                 returned = [vmap[v] for v in o.operands]
                 continue
             n = _node_of(o, vmap)
@@ -448,7 +524,7 @@ def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset:
                 for a, b in zip(o.results, new_op.results):
                     vmap[a] = b
                 continue
-            _convert_node(n, vmap, none, res, where, counter)
+            _convert_node(n, vmap, none, res, where, counter, opset=opsets.get("", default_opset))
         if returned is None:
             raise TasoError(f"{where}: function has no return")
         if any(v is _NONE for v in returned):
@@ -459,7 +535,8 @@ def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset:
         out_names = [f"output_{i}" for i in range(len(returned))]
     new.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(arg_types, [v.type for v in returned]))
     for k, v in fattrs.items():
-        if k in ("sym_name", "function_type") or k.startswith("torch.onnx_meta.") or k.startswith("taso."):
+        if k in ("sym_name", "function_type", "arg_attrs", "res_attrs") or k.startswith("torch.onnx_meta.") \
+                or k.startswith("taso."):
             continue
         new.attributes[k] = v
     i64 = ir.IntegerType.get_signless(64)
@@ -474,7 +551,8 @@ def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset:
     new.attributes["sym_name"] = name
 
 
-def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, counter) -> None:
+def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, counter,
+                  opset: int = DEFAULT_OPSET) -> None:
     o = n.old
     # Constants (the importer's initializers, onnx-mlir's onnx.Constant) -> taso.weight
     if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
@@ -502,14 +580,14 @@ def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, counter) ->
         vmap[o.results[0]] = n.operands[0]
         return
     raiser = RAISERS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
-    if raiser is not None and all(v is not _NONE for v in n.operands[:1]):
+    if raiser is not None and all(v is not _NONE for v in n.operands[:1]) and _raisable(n, opset):
         try:
             r = raiser(n)
         except (SpecError, ValueError, TypeError):
             r = None
         if r is not None:
             tname, operands, attrs = r
-            if any(v is _NONE for v in operands):
+            if any(v is _NONE for v in operands) or not _spec_accepts(tname, operands, n.results, attrs):
                 r = None
         if r is not None:
             s = spec(tname)

@@ -117,7 +117,8 @@ class _Exporter:
             arr = spec(op.name).ref([], {}, [shape])[0]
             _, elem = parse_tensor_type(op.results[0].type)
             arr = arr.astype(_np_dtype(elem))
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        # (np.ascontiguousarray alone turns a 0-d array into shape [1])
+        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(arr).reshape(arr.shape), name))
 
     def run(self) -> onnx.ModelProto:
         block = self.fop.regions[0].blocks[0]
@@ -182,6 +183,9 @@ class _Exporter:
                 self.nodes.append(helper.make_node("Identity", [src], [n], name=self.names_nodes.fresh(f"{n}_identity")))
             outputs.append(self._type_proto(v.type, n))
         inputs = [self._type_proto(a.type, self.vname[a]) for a in block.arguments]
+        if self.ir_version < 4:
+            # before IR version 4 every initializer must also be listed as a graph input
+            inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in self.initializers]
         gname = self.fop.attributes["sym_name"].value
         graph = helper.make_graph(self.nodes, gname, inputs, outputs, self.initializers, value_info=self.value_info)
         opsets = [helper.make_opsetid(d, v) for d, v in sorted(self.opsets.items())]
@@ -246,7 +250,7 @@ def _onnx_attr(name: str, a: ir.Attribute, schema, o) -> onnx.AttributeProto:
         shape, elem = parse_tensor_type(a.type)
         if arr.shape != tuple(shape):
             arr = np.broadcast_to(arr, shape)
-        return helper.make_attribute(name, numpy_helper.from_array(np.ascontiguousarray(arr)))
+        return helper.make_attribute(name, numpy_helper.from_array(np.ascontiguousarray(arr).reshape(arr.shape)))
     v = pyval(a)
     if want == _A.FLOAT:
         return helper.make_attribute(name, float(v), attr_type=_A.FLOAT)
@@ -281,7 +285,10 @@ def save_onnx(model: onnx.ModelProto, path: str) -> None:
     if not os.path.isdir(d):
         raise TasoError(f"{path}: directory does not exist")
     size = model.ByteSize() if _fits(model) else _TWO_GB + 1
-    fd, tmp = tempfile.mkstemp(prefix=".taso-", suffix=".onnx", dir=d)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".taso-", suffix=".onnx", dir=d)
+    except OSError as e:
+        raise TasoError(f"{path}: cannot write ({e.strerror})") from None
     os.close(fd)
     try:
         if size >= _TWO_GB:

@@ -23,7 +23,7 @@ from onnx import numpy_helper
 
 from .errors import TasoError, one_line
 from .mlir import ir, onnx_importer
-from .types import numpy_dtype
+from .types import _TABLE, numpy_dtype, onnx_dtype_name
 
 #: Node attribute that carries a node's domain through the upstream importer (which drops it).
 DOMAIN_ATTR = "taso_domain"
@@ -99,7 +99,32 @@ def _value_type_ok(vi: onnx.ValueInfoProto) -> Optional[str]:
         return "its rank is unknown"
     if t.tensor_type.elem_type == 0:
         return "its element type is unknown"
+    if t.tensor_type.elem_type == onnx.TensorProto.STRING:
+        return "it is a string tensor; string tensors are not supported"
+    if t.tensor_type.elem_type not in _TABLE:
+        return f"its element type {onnx_dtype_name(t.tensor_type.elem_type)} is not supported"
     return None
+
+
+def _fill_inference_gaps(model: onnx.ModelProto) -> None:
+    """Types ONNX shape inference leaves out although the operator's schema fixes them.
+
+    - Dropout before opset 10: the optional ``mask`` output has the input's type and shape (ONNX infers
+      only the first output).
+    """
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    g = model.graph
+    known = {vi.name: vi for vi in list(g.value_info) + list(g.output) + list(g.input)}
+    for n in g.node:
+        if n.op_type == "Dropout" and n.domain in ("", "ai.onnx") and opset < 10 and len(n.output) > 1 \
+                and n.output[1] and n.input and n.input[0] in known:
+            vi = known.get(n.output[1])
+            if vi is None or not vi.type.tensor_type.HasField("shape"):
+                if vi is None:
+                    vi = g.value_info.add()
+                    known[n.output[1]] = vi
+                vi.name = n.output[1]
+                vi.type.CopyFrom(known[n.input[0]].type)
 
 
 def _parse_dims(text: str) -> list[int]:
@@ -156,6 +181,9 @@ def import_onnx(
     sg.name = g.name or "main_graph"
     overrides = dict(input_shapes or {})
     real_inputs = [vi for vi in g.input if vi.name not in weights]
+    unknown = set(overrides) - {v.name for v in real_inputs}
+    if unknown:
+        raise TasoError(f"{where}: --input-shape names unknown graph input(s): {', '.join(sorted(unknown))}")
     real_inputs = _with_overrides(real_inputs, overrides)
     for v in real_inputs:
         vi = v
@@ -170,9 +198,6 @@ def import_onnx(
                     f"{where}: graph input '{vi.name}' has a dynamic dimension {i}{sym}; dynamic shapes are "
                     f"not supported: give a static shape with --input-shape {vi.name}=<d0>x<d1>x..."
                 )
-    unknown = set(overrides) - {v.name for v in real_inputs}
-    if unknown:
-        raise TasoError(f"{where}: --input-shape names unknown graph input(s): {', '.join(sorted(unknown))}")
     for name, arr in weights.items():
         if np.issubdtype(arr.dtype, np.integer) and arr.size <= _SMALL:
             sg.initializer.append(numpy_helper.from_array(arr, name))
@@ -191,7 +216,9 @@ def import_onnx(
         sk = onnx.shape_inference.infer_shapes(sk, check_type=True, strict_mode=True, data_prop=True)
     except Exception as e:
         raise TasoError(f"{where}: ONNX shape inference failed: {one_line(e)}") from None
+    sk = _refine_shapes(sk)
 
+    _fill_inference_gaps(sk)
     # every value must have a tensor type with a known rank
     known = {vi.name: vi for vi in list(sk.graph.value_info) + list(sk.graph.output) + list(sk.graph.input)}
     for n in sk.graph.node:
@@ -224,6 +251,111 @@ def import_onnx(
 
         convert_module(module, where=where)
     return module
+
+
+#: Integer-valued operators that ``_refine_shapes`` evaluates when all their inputs are known.
+_SHAPE_ARITH = frozenset({
+    "Shape", "Size", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast", "Identity", "Add", "Sub",
+    "Mul", "Div", "Mod", "Neg", "Abs", "Max", "Min", "Equal", "Less", "Greater", "LessOrEqual",
+    "GreaterOrEqual", "Not", "And", "Or", "Where", "Range", "Expand", "Reshape", "Flatten", "Tile",
+    "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin", "ConstantOfShape", "Transpose", "Sign", "Clip"})
+_REFINE_ROUNDS = 8
+
+
+def _static_dims(vi) -> Optional[list[int]]:
+    if vi is None or vi.type.WhichOneof("value") != "tensor_type" or not vi.type.tensor_type.HasField("shape"):
+        return None
+    dims = vi.type.tensor_type.shape.dim
+    if any(not d.HasField("dim_value") for d in dims):
+        return None
+    return [d.dim_value for d in dims]
+
+
+def _refine_shapes(sk: onnx.ModelProto) -> onnx.ModelProto:
+    """Make shapes static where ONNX shape inference alone leaves dimensions unknown.
+
+    Exporters compute shapes at run time (``Shape -> Gather -> Unsqueeze -> Concat -> Reshape``, a
+    ``Slice`` of ``position_ids`` ending at ``Shape(input_ids)[1]``, ``Expand`` to a computed shape);
+    ONNX's data propagation does not follow all of these (Slice with a computed ``ends`` keeps ``?``
+    dimensions, and so does everything downstream). With static graph inputs those values are
+    constants: evaluate the small integer computations whose inputs are known (``onnx.reference``),
+    infer a copy of the skeleton in which they are initializers, and attach the resulting types to the
+    skeleton as value_info. The nodes themselves are unchanged (nothing is folded away), and a final
+    strict inference checks the refined types against every node; if it disagrees, the unrefined
+    inference is kept.
+    """
+    types = {vi.name: vi for vi in list(sk.graph.value_info) + list(sk.graph.input) + list(sk.graph.output)}
+
+    def unknown() -> bool:
+        return any(o and _static_dims(types.get(o)) is None for n in sk.graph.node for o in n.output)
+
+    if not unknown():
+        return sk
+    from onnx.reference import ReferenceEvaluator
+
+    opsets = list(sk.opset_import)
+    values = {t.name: numpy_helper.to_array(t) for t in sk.graph.initializer}
+    folded: dict[str, np.ndarray] = {}
+    refined = False
+    for _ in range(_REFINE_ROUNDS):
+        new = 0
+        for n in sk.graph.node:
+            if n.domain not in ("", "ai.onnx") or n.op_type not in _SHAPE_ARITH or len(n.output) != 1:
+                continue
+            out = n.output[0]
+            if not out or out in values:
+                continue
+            if n.op_type in ("Shape", "Size"):
+                dims = _static_dims(types.get(n.input[0]))
+                if dims is None:
+                    continue
+                if n.op_type == "Size":
+                    arr = np.array(int(np.prod(dims, dtype=np.int64)), dtype=np.int64)
+                else:
+                    at = {a.name: a.i for a in n.attribute}
+                    arr = np.array(dims, dtype=np.int64)[at.get("start", 0):at.get("end", len(dims))]
+            else:
+                ins = [i for i in n.input if i]
+                if any(i not in values for i in ins):
+                    continue
+                try:
+                    fn = onnx.helper.make_function("taso.refine", "f", list(dict.fromkeys(ins)), [out], [n], opsets)
+                    arr = np.asarray(ReferenceEvaluator(fn).run(None, {i: values[i] for i in ins}, attributes={})[0])
+                except Exception:
+                    continue
+            if arr.dtype.kind not in "iub" or arr.size > _SMALL:
+                continue
+            values[out] = folded[out] = arr
+            new += 1
+        if not new:
+            break
+        tmp = onnx.ModelProto()
+        tmp.CopyFrom(sk)
+        del tmp.graph.node[:]
+        tmp.graph.node.extend(n for n in sk.graph.node if not (len(n.output) == 1 and n.output[0] in folded))
+        del tmp.graph.value_info[:]
+        tmp.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in folded.items())
+        try:
+            tmp = onnx.shape_inference.infer_shapes(tmp, check_type=True, strict_mode=True, data_prop=True)
+        except Exception:
+            break
+        types.update({vi.name: vi for vi in tmp.graph.value_info})
+        for k, v in folded.items():
+            types[k] = onnx.helper.make_tensor_value_info(k, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+        refined = True
+        if not unknown():
+            break
+    if not refined:
+        return sk
+    out_model = onnx.ModelProto()
+    out_model.CopyFrom(sk)
+    skip = {vi.name for vi in list(sk.graph.input) + list(sk.graph.output)} | {t.name for t in sk.graph.initializer}
+    del out_model.graph.value_info[:]
+    out_model.graph.value_info.extend(vi for name, vi in types.items() if name not in skip)
+    try:
+        return onnx.shape_inference.infer_shapes(out_model, check_type=True, strict_mode=True, data_prop=True)
+    except Exception:
+        return sk
 
 
 def _with_overrides(real_inputs, overrides) -> list:

@@ -56,7 +56,8 @@ def mlir_attr(kind: str, value: Any) -> ir.Attribute:
     if kind == "ints":
         return ir.DenseI64ArrayAttr.get([int(v) for v in value])
     if kind == "float":
-        return ir.FloatAttr.get(ir.F32Type.get(), float(value))
+        # FloatAttr.get needs a location for its diagnostics (none is active in create_taso_op)
+        return ir.FloatAttr.get(ir.F32Type.get(), float(value), loc=ir.Location.unknown())
     if kind == "str":
         return ir.StringAttr.get(value)
     raise ValueError(kind)

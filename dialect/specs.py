@@ -560,8 +560,10 @@ def _export_maxpool(site):
 
 def _export_avgpool(site):
     a = site.attrs
+    # count_include_pad exists from opset 7 on; its default (0) is written by leaving it out
+    extra = {"count_include_pad": 1} if a["count_include_pad"] else {}
     site.node("AveragePool", site.inputs, site.outputs, kernel_shape=list(a["kernel_shape"]),
-              strides=list(a["strides"]), pads=list(a["pads"]), count_include_pad=a["count_include_pad"])
+              strides=list(a["strides"]), pads=list(a["pads"]), **extra)
 
 
 def _export_enlarge(site):

@@ -49,10 +49,15 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="print elements attributes with more than N elements elided")
     ap.add_argument("--allow-unregistered-dialect", action="store_true",
                     help="allow operations of unregistered dialects besides onnx.* (always allowed)")
+    ap.add_argument("--mlir-print-debuginfo", action="store_true",
+                    help="print locations (keeps ONNX node names through MLIR text)")
     ap.add_argument("--emit-bytecode", action="store_true", help="write MLIR bytecode")
     ap.add_argument("--emit-irdl", action="store_true", help="print the taso dialect's IRDL definition and exit")
     ap.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0xD1x...",
                     help="static shape for a graph input of an ONNX model (repeatable)")
+    ap.add_argument("--verify-numerics", action="store_true",
+                    help="ONNX in and out: run both models in onnxruntime on random inputs and refuse to write "
+                         "an output that differs by more than 1e-5 x the output scale")
     ap.add_argument("--no-verify-each", action="store_true", help="do not run the verifier after each pass")
     return ap
 
@@ -147,6 +152,18 @@ def _main(argv: list[str]) -> int:
                 raise
             sys.stderr.write(f"taso-opt: error: {e}\n")
             failures += 1
+    if args.verify_numerics:
+        if in_kind != "onnx" or out_kind != "onnx":
+            raise TasoError("--verify-numerics needs an .onnx input and an .onnx output")
+        from taso_mlir.dialect.numerics import compare_models
+        from taso_mlir.dialect.onnx_import import load_onnx
+
+        rep = compare_models(load_onnx(in_path), outputs[0])
+        line = (f"numerics: max |difference| {rep.max_abs:.3g} (output scale {rep.scale:.3g}) over "
+                f"{rep.outputs} output(s), {rep.trials} random input sets, onnxruntime")
+        if not rep.rel <= 1e-5:
+            raise TasoError(line + f": exceeds 1e-5 x scale; nothing written")
+        sys.stderr.write(f"taso-opt: {line}: ok\n")
     if out_kind == "onnx":
         from taso_mlir.dialect.onnx_export import save_onnx
 
@@ -307,7 +324,7 @@ def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, of
             return buf.getvalue()
         buf = io.StringIO()
         module.operation.print(file=buf, large_elements_limit=args.mlir_elide_elementsattrs_if_larger,
-                               assume_verified=True)
+                               enable_debug_info=args.mlir_print_debuginfo, assume_verified=True)
         text = buf.getvalue()
         return text if text.endswith("\n") else text + "\n"
     except TasoError:

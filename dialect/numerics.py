@@ -1,0 +1,95 @@
+"""Numeric differential check of two ONNX models in onnxruntime on the same random inputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from .errors import TasoError, one_line
+
+
+@dataclass
+class NumericReport:
+    max_abs: float  # largest |a - b| over all outputs
+    scale: float  # max(1, largest |a|) over all outputs
+    outputs: int
+    trials: int
+
+    @property
+    def rel(self) -> float:
+        return self.max_abs / self.scale
+
+
+_ORT_TYPES = {
+    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8,
+    "tensor(bool)": np.bool_,
+}
+
+
+def random_feeds(session, rng: np.random.Generator) -> dict:
+    feeds = {}
+    for i in session.get_inputs():
+        dt = _ORT_TYPES.get(i.type)
+        if dt is None:
+            raise TasoError(f"cannot make a random input for '{i.name}' of type {i.type}")
+        shape = [d if isinstance(d, int) else 1 for d in i.shape]
+        if np.issubdtype(dt, np.floating):
+            feeds[i.name] = rng.standard_normal(shape).astype(dt)
+        elif dt == np.bool_:
+            feeds[i.name] = rng.integers(0, 2, shape).astype(np.bool_)
+        else:  # small non-negative integers: valid indices for most gathers
+            feeds[i.name] = rng.integers(0, 2, shape).astype(dt)
+    return feeds
+
+
+def _session(model: onnx.ModelProto, what: str):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    try:
+        return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise TasoError(f"onnxruntime cannot load the {what} model: {one_line(e)}") from None
+
+
+def compare_models(a: onnx.ModelProto, b: onnx.ModelProto, trials: int = 2, seed: int = 0) -> NumericReport:
+    """Run both models on ``trials`` random inputs; report the largest output difference."""
+    sa, sb = _session(a, "input"), _session(b, "output")
+    names_a = [o.name for o in sa.get_outputs()]
+    names_b = [o.name for o in sb.get_outputs()]
+    if names_a != names_b:
+        raise TasoError(f"output names differ: {names_a} vs {names_b}")
+    rng = np.random.default_rng(seed)
+    max_abs, scale = 0.0, 1.0
+    for _ in range(trials):
+        feeds = random_feeds(sa, rng)
+        try:
+            ra = sa.run(None, feeds)
+        except Exception as e:
+            raise TasoError(f"onnxruntime cannot run the input model on random inputs: {one_line(e)}") from None
+        try:
+            rb = sb.run(None, feeds)
+        except Exception as e:
+            raise TasoError(f"onnxruntime cannot run the output model: {one_line(e)}") from None
+        for x, y in zip(ra, rb):
+            x, y = np.asarray(x), np.asarray(y)
+            if x.shape != y.shape or x.dtype != y.dtype:
+                raise TasoError(f"output shape/dtype differ: {x.shape} {x.dtype} vs {y.shape} {y.dtype}")
+            if x.size == 0:
+                continue
+            if x.dtype.kind in "fc":
+                fin = np.isfinite(x)
+                if not np.array_equal(fin, np.isfinite(y)):
+                    max_abs = float("inf")
+                    continue
+                d = np.abs(x[fin].astype(np.float64) - y[fin].astype(np.float64))
+                max_abs = max(max_abs, float(d.max()) if d.size else 0.0)
+                scale = max(scale, float(np.abs(x[fin]).max()) if fin.any() else 0.0)
+            else:
+                if not np.array_equal(x, y):
+                    max_abs = float("inf")
+    return NumericReport(max_abs, scale, len(names_a), trials)

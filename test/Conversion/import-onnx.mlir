@@ -1,0 +1,20 @@
+// RUN: %python %S/../Inputs/make_model.py %t.onnx
+// RUN: taso-opt %t.onnx --mlir-elide-elementsattrs-if-larger=8 | FileCheck %s
+// RUN: taso-opt %t.onnx --mlir-print-debuginfo -o %t.mlir && taso-opt %t.mlir -o %t.rt.onnx
+// RUN: %python -c "import onnx,sys; m=onnx.load(sys.argv[1]); onnx.checker.check_model(m, full_check=True); print([n.op_type for n in m.graph.node], [i.name for i in m.graph.initializer])" %t.rt.onnx | FileCheck %s --check-prefix=ONNX
+// An .onnx input is imported (shape inference, upstream importer, convert-onnx-to-taso) and can be
+// written back; graph names, weights, node names (with --mlir-print-debuginfo) and the opset survive.
+
+// CHECK-LABEL: func.func @lit_model
+// CHECK-SAME: (%[[X:.*]]: tensor<1x3x8x8xf32>) -> tensor<1x10xf32>
+// CHECK-SAME: taso.input_names = ["x"]
+// CHECK-SAME: taso.output_names = ["y"]
+// CHECK: %[[W:.*]] = "taso.weight"() {name = "w1", value = dense_resource<__elided__> : tensor<4x3x3x3xf32>}
+// CHECK: %[[B:.*]] = "taso.weight"() {name = "b1", value = dense<{{.*}}> : tensor<4xf32>}
+// CHECK: %[[C:.*]] = "taso.conv2d"(%[[X]], %[[W]], %[[B]]) {{{.*}}pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 2, 2>}
+// CHECK: %[[R:.*]] = "taso.relu"(%[[C]])
+// CHECK: %[[F:.*]] = "taso.reshape"(%[[R]]) {shape = array<i64: 1, 64>}
+// CHECK: %[[G:.*]] = "onnx.Gemm"(%[[F]], %{{.*}}, %{{.*}}) {transB = 1 : si64}
+// CHECK: "onnx.Softmax"(%[[G]]) {axis = -1 : si64}
+
+// ONNX: ['Conv', 'Relu', 'Reshape', 'Gemm', 'Softmax'] ['w1', 'b1', 'fcw', 'fcb', 'flatten_shape']

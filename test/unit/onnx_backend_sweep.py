@@ -1,0 +1,441 @@
+"""Round-trip sweep over the ONNX backend test models shipped inside the ``onnx`` package.
+
+For each model: load, import (into the `taso` dialect), export, ``onnx.checker.check_model(full_check=True)``
+on the export, then run the export in onnxruntime on the model's test inputs and compare with the expected
+outputs (only where onnxruntime can run the original model too). Each model ends up as
+
+- ``ok``        it round-trips (``ort`` says whether numerics were compared and why not),
+- ``rejected``  taso-mlir refused it with a one-line ``TasoError`` (the reason is kept),
+- ``fail``      anything else: another exception, a checker failure, a numeric mismatch, a crash of
+                the process (an MLIR abort), a hang.
+
+Imports and exports run in-process in worker subprocesses, so that a crash of the MLIR library kills a
+worker, not the test: the orchestrator notices, blames the model that was running, and restarts a worker
+on the rest. Used by ``test_onnx_backend_data.py``; runnable by hand::
+
+    python test/unit/onnx_backend_sweep.py                # sweep everything, print a summary
+    python test/unit/onnx_backend_sweep.py -k Conv2d -v   # only matching models, one line each
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from typing import Optional
+
+SUITES = ("node", "simple", "pytorch-converted", "pytorch-operator", "real", "light")
+RTOL, ATOL = 1e-3, 1e-5
+#: Seconds one model may take before it counts as hung.
+MODEL_TIMEOUT = 120.0
+
+
+def data_root() -> str:
+    import onnx
+
+    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
+
+
+def discover(root: Optional[str] = None) -> tuple[list[dict], dict]:
+    """The test cases, and per-suite notes for suites that add no model of their own.
+
+    A case is ``{"id", "suite", "model", "data" (a test_data_set dir or None), "expected" (list of
+    output .pb files, for the light models), "dummy_inputs" (bool)}``.
+    """
+    root = root or data_root()
+    cases: list[dict] = []
+    notes: dict = {}
+    for suite in SUITES:
+        d = os.path.join(root, suite)
+        if not os.path.isdir(d):
+            notes[suite] = "not shipped in this onnx package"
+            continue
+        if suite == "light":
+            # light_<name>.onnx with light_<name>_output_<i>.pb; inputs are the backend runner's dummy data
+            for path in sorted(glob.glob(os.path.join(d, "light_*.onnx"))):
+                stem = path[: -len(".onnx")]
+                cases.append(dict(id=f"light/{os.path.basename(stem)}", suite=suite, model=path, data=None,
+                                  expected=sorted(glob.glob(stem + "_output_*.pb"), key=_index),
+                                  dummy_inputs=True))
+            continue
+        n_before = len(cases)
+        aliases = 0
+        for sub in sorted(os.listdir(d)):
+            mdir = os.path.join(d, sub)
+            model = os.path.join(mdir, "model.onnx")
+            if os.path.exists(model):
+                ds = os.path.join(mdir, "test_data_set_0")
+                cases.append(dict(id=f"{suite}/{sub}", suite=suite, model=model,
+                                  data=ds if os.path.isdir(ds) else None, expected=None, dummy_inputs=False))
+            elif os.path.exists(os.path.join(mdir, "data.json")):
+                aliases += 1  # real/*: a pointer ("url") to the light model of the same network
+        if aliases and len(cases) == n_before:
+            notes[suite] = f"{aliases} data.json pointers to the light/ models (swept there)"
+    return cases, notes
+
+
+def _index(path: str) -> int:
+    m = re.search(r"_(\d+)\.pb$", path)
+    return int(m.group(1)) if m else 0
+
+
+# ------------------------------------------------------------------------------------------------
+# one model (runs in a worker process)
+
+
+def _read_tensor(path: str):
+    import onnx
+    from onnx import numpy_helper
+
+    t = onnx.TensorProto()
+    with open(path, "rb") as f:
+        t.ParseFromString(f.read())
+    return numpy_helper.to_array(t)
+
+
+def _dummy(vi):
+    """The onnx backend runner's dummy input for the light models (arange / n, float32)."""
+    import numpy as np
+
+    shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in vi.type.tensor_type.shape.dim)
+    n = int(np.prod(shape))
+    return (np.arange(n).reshape(shape) / n).astype(np.float32)
+
+
+def _ort_run(model, feeds):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _compare(got, want) -> Optional[str]:
+    """None if ``got`` matches ``want`` (lists of arrays), else a one-line description."""
+    import numpy as np
+
+    if len(got) != len(want):
+        return f"{len(got)} outputs, expected {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape:
+            return f"output {i}: shape {g.shape}, expected {w.shape}"
+        if g.dtype != w.dtype:
+            return f"output {i}: dtype {g.dtype}, expected {w.dtype}"
+        if w.dtype == object or w.dtype.kind in "biuUS":
+            if not np.array_equal(g, w):
+                return f"output {i}: values differ"
+            continue
+        if not np.allclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True):
+            err = np.max(np.abs(g.astype(np.float64) - w.astype(np.float64)))
+            return f"output {i}: max abs error {err:.3g} beyond rtol={RTOL}, atol={ATOL}"
+    return None
+
+
+def run_case(case: dict) -> dict:
+    """Round-trip one model; never raises."""
+    res = dict(id=case["id"], suite=case["suite"])
+    try:
+        res.update(_run_case(case))
+    except Exception as e:  # a bug: report it with where it happened
+        tb = traceback.extract_tb(e.__traceback__)
+        frame = tb[-1] if tb else None
+        at = f" at {os.path.basename(frame.filename)}:{frame.lineno}" if frame else ""
+        res.update(status="fail", reason=f"{type(e).__name__}: {_line(e)}{at}")
+    return res
+
+
+def _line(e) -> str:
+    s = " ".join(str(e).split())
+    return s if len(s) <= 300 else s[:297] + "..."
+
+
+def _run_case(case: dict) -> dict:
+    import onnx
+
+    from taso_mlir.dialect.errors import TasoError
+    from taso_mlir.dialect.mlir import make_context
+    from taso_mlir.dialect.onnx_export import export_onnx
+    from taso_mlir.dialect.onnx_import import import_onnx, load_onnx
+
+    path = case["model"]
+    stage = "load"
+    try:
+        model = load_onnx(path)
+        stage = "import"
+        module = import_onnx(model, make_context(), where=path)
+        stage = "export"
+        model2 = export_onnx(module)
+    except TasoError as e:
+        msg = str(e)
+        return dict(status="rejected", stage=stage, reason=msg, one_line="\n" not in msg and "\r" not in msg)
+    try:
+        onnx.checker.check_model(model2, full_check=True)
+    except Exception as e:
+        return dict(status="fail", reason=f"exported model fails onnx.checker: {_line(e)}")
+
+    # graph inputs (the ones that are not initializers) and outputs must be kept, in order
+    inits = {t.name for t in model.graph.initializer}
+    ins = [vi for vi in model.graph.input if vi.name not in inits]
+    inits2 = {t.name for t in model2.graph.initializer}
+    ins2 = [vi.name for vi in model2.graph.input if vi.name not in inits2]
+    if [vi.name for vi in ins] != ins2:
+        return dict(status="fail", reason=_line(f"graph inputs changed: {[vi.name for vi in ins]} -> {ins2}"))
+    outs, outs2 = [o.name for o in model.graph.output], [o.name for o in model2.graph.output]
+    if outs != outs2:
+        return dict(status="fail", reason=_line(f"graph outputs changed: {outs} -> {outs2}"))
+
+    # test data
+    try:
+        if case["dummy_inputs"]:
+            feeds = {vi.name: _dummy(vi) for vi in ins}
+            expected = [_read_tensor(p) for p in case["expected"]]
+        else:
+            ds = case["data"]
+            ips = sorted(glob.glob(os.path.join(ds, "input_*.pb")), key=_index)
+            ops = sorted(glob.glob(os.path.join(ds, "output_*.pb")), key=_index)
+            feeds = {vi.name: _read_tensor(p) for vi, p in zip(ins, ips)}
+            expected = [_read_tensor(p) for p in ops]
+    except Exception as e:
+        return dict(status="ok", ort="not compared", note=f"test data not readable as tensors: {_line(e)}")
+    if len(expected) != len(outs):
+        return dict(status="ok", ort="not compared", note="test data does not cover every output")
+
+    try:
+        _ort_run(model, feeds)
+    except Exception as e:
+        return dict(status="ok", ort="not compared", note=f"onnxruntime cannot run the original: {_line(e)}")
+    try:
+        got = _ort_run(model2, feeds)
+    except Exception as e:
+        return dict(status="fail", reason=f"onnxruntime cannot run the exported model: {_line(e)}")
+    bad = _compare(got, expected)
+    if bad:
+        return dict(status="fail", reason=f"numeric mismatch: {bad}")
+    return dict(status="ok", ort="compared")
+
+
+def _worker(out_path: str, case_ids: list[str]) -> None:
+    cases = {c["id"]: c for c in discover()[0]}
+    with open(out_path, "a") as out:
+        for cid in case_ids:
+            out.write(json.dumps({"start": cid}) + "\n")
+            out.flush()
+            t0 = time.time()
+            res = run_case(cases[cid])
+            res["seconds"] = round(time.time() - t0, 3)
+            out.write(json.dumps({"done": res}) + "\n")
+            out.flush()
+
+
+# ------------------------------------------------------------------------------------------------
+# orchestration
+
+
+class _Worker:
+    def __init__(self, ids: list[str], tmpdir: str, n: int):
+        self.pending = list(ids)
+        self.path = os.path.join(tmpdir, f"worker{n}.jsonl")
+        self.results: dict[str, dict] = {}
+        self.proc: Optional[subprocess.Popen] = None
+        self.read = 0
+        self.current: Optional[str] = None
+        self.since = 0.0
+        self.stderr = os.path.join(tmpdir, f"worker{n}.stderr")
+
+    def start(self) -> None:
+        if not self.pending:
+            self.proc = None
+            return
+        env = dict(os.environ)
+        env.setdefault("OMP_NUM_THREADS", "1")
+        with open(self.stderr, "w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "--worker", self.path, *self.pending],
+                stdout=subprocess.DEVNULL, stderr=err, env=env)
+        self.current, self.since = None, time.time()
+
+    def poll(self) -> None:
+        """Read new results; restart after a crash or a hang, blaming the model that was running."""
+        if self.proc is None:
+            return
+        self._read()
+        rc = self.proc.poll()
+        hung = self.current is not None and time.time() - self.since > MODEL_TIMEOUT
+        if rc is None and not hung:
+            return
+        if hung:
+            self.proc.kill()
+            self.proc.wait()
+        self._read()
+        if self.current is not None:
+            why = f"hung (over {MODEL_TIMEOUT:.0f} s)" if hung else f"process crashed ({_rc_text(self.proc.returncode)})"
+            tail = _stderr_tail(self.stderr)
+            cid = self.current
+            self.results[cid] = dict(id=cid, suite=cid.split("/")[0], status="fail",
+                                     reason=f"{why}{': ' + tail if tail else ''}")
+            self.pending.remove(cid)
+            self.current = None
+        elif rc not in (None, 0) and self.pending:
+            # died outside a model (e.g. at start-up): blame the next one so that we make progress
+            cid = self.pending.pop(0)
+            self.results[cid] = dict(id=cid, suite=cid.split("/")[0], status="fail",
+                                     reason=f"worker died before the model ({_rc_text(rc)}): {_stderr_tail(self.stderr)}")
+        self.start()
+
+    def _read(self) -> None:
+        if not os.path.exists(self.path):
+            return
+        with open(self.path) as f:
+            f.seek(self.read)
+            while True:
+                line = f.readline()
+                if not line or not line.endswith("\n"):
+                    break
+                self.read = f.tell()
+                rec = json.loads(line)
+                if "start" in rec:
+                    self.current, self.since = rec["start"], time.time()
+                else:
+                    res = rec["done"]
+                    self.results[res["id"]] = res
+                    if res["id"] in self.pending:
+                        self.pending.remove(res["id"])
+                    self.current = None
+
+
+def _rc_text(rc: int) -> str:
+    if rc is not None and rc < 0:
+        import signal
+
+        try:
+            return f"signal {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"signal {-rc}"
+    return f"exit status {rc}"
+
+
+def _stderr_tail(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            lines = [ln.strip() for ln in f.read().splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return _line(lines[-1]) if lines else ""
+
+
+def sweep(cases: list[dict], jobs: int = 2) -> list[dict]:
+    """Run every case in ``jobs`` worker processes; one result per case, in the order given."""
+    ids = [c["id"] for c in cases]
+    # balance by file size (a proxy for the work), biggest first
+    sized = sorted(cases, key=lambda c: -os.path.getsize(c["model"]))
+    chunks: list[list[str]] = [[] for _ in range(max(1, jobs))]
+    loads = [0] * len(chunks)
+    for c in sized:
+        i = loads.index(min(loads))
+        chunks[i].append(c["id"])
+        loads[i] += os.path.getsize(c["model"]) + 200_000  # + fixed per-model cost
+    with tempfile.TemporaryDirectory(prefix="taso-onnx-sweep-") as tmp:
+        workers = [_Worker(ch, tmp, i) for i, ch in enumerate(chunks) if ch]
+        for w in workers:
+            w.start()
+        while any(w.proc is not None for w in workers):
+            time.sleep(0.05)
+            for w in workers:
+                w.poll()
+    results: dict[str, dict] = {}
+    for w in workers:
+        results.update(w.results)
+    return [results[i] for i in ids]
+
+
+# ------------------------------------------------------------------------------------------------
+# summary
+
+#: (category, pattern on the TasoError message); the first match wins.
+CATEGORIES = [
+    ("control flow", r"control flow|subgraph"),
+    ("sequence/optional/map types", r"\b(sequence|optional|map)\b"),
+    ("string tensors", r"\bSTRING\b|string tensor"),
+    ("unsupported element type", r"element type|BFLOAT16|FLOAT8|INT4|UINT4|FLOAT4"),
+    ("dynamic shape", r"dynamic|could not infer|unknown rank|rank is unknown|no known shape"),
+    ("invalid model", r"invalid ONNX model|not a valid ONNX|not a readable"),
+    ("shape inference", r"shape inference"),
+]
+
+
+def category(reason: str) -> str:
+    for name, pat in CATEGORIES:
+        if re.search(pat, reason, re.I):
+            return name
+    return "other"
+
+
+def summarize(results: list[dict], notes: dict, seconds: Optional[float] = None) -> list[str]:
+    from collections import Counter
+
+    ok = [r for r in results if r["status"] == "ok"]
+    rej = [r for r in results if r["status"] == "rejected"]
+    fail = [r for r in results if r["status"] == "fail"]
+    compared = sum(1 for r in ok if r.get("ort") == "compared")
+    lines = [f"ONNX backend test models: {len(results)} total, {len(ok)} round-trip ok "
+             f"({compared} compared numerically with onnxruntime, {len(ok) - compared} checker only), "
+             f"{len(rej)} rejected with TasoError, {len(fail)} FAIL"
+             + (f" [{seconds:.1f} s]" if seconds is not None else "")]
+    per_suite = Counter(r["suite"] for r in results)
+    for suite in SUITES:
+        if suite in per_suite:
+            s = [r for r in results if r["suite"] == suite]
+            c = Counter(r["status"] for r in s)
+            lines.append(f"  {suite}: {len(s)} models: {c['ok']} ok, {c['rejected']} rejected, {c['fail']} FAIL")
+        elif suite in notes:
+            lines.append(f"  {suite}: {notes[suite]}")
+    for cat, n in sorted(Counter(category(r["reason"]) for r in rej).items(), key=lambda kv: -kv[1]):
+        lines.append(f"  rejected, {cat}: {n}")
+    for r in ok:
+        if r.get("ort") != "compared":
+            lines.append(f"  checker only: {r['id']}: {r.get('note', '')}")
+    for r in fail:
+        lines.append(f"  FAIL {r['id']}: {r['reason']}")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--worker"]:
+        _worker(argv[1], argv[2:])
+        return 0
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-k", default="", help="only models whose id contains this")
+    ap.add_argument("-j", type=int, default=2, help="worker processes")
+    ap.add_argument("-v", action="store_true", help="one line per model")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args(argv)
+    cases, notes = discover()
+    cases = [c for c in cases if args.k in c["id"]]
+    t0 = time.time()
+    results = sweep(cases, args.j)
+    dt = time.time() - t0
+    if args.v:
+        for r in results:
+            extra = r.get("reason") or r.get("note") or r.get("ort", "")
+            print(f"{r['status']:8} {r['id']} ({r.get('seconds', '?')} s) {extra}")
+    print("\n".join(summarize(results, notes, dt)))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 1 if any(r["status"] == "fail" for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
