@@ -394,6 +394,8 @@ def _node_of(o: ir.Operation, vmap) -> Optional[_Node]:
                 key = na.name[len("torch.onnx."):]
                 if key == "taso_domain":
                     domain = na.attr.value
+                elif key == "taso_attr_types":  # see onnx_import.ATTR_TYPES_ATTR
+                    attrs["taso.attr_types"] = na.attr
                 else:
                     attrs[key] = na.attr
     elif name.startswith("onnx."):
@@ -425,7 +427,9 @@ def _builtin(t: ir.Type, o) -> ir.Type:
             return vtensor_to_builtin(t)
         except TasoError as e:
             raise TasoError(f"{o.location}: {e}") from None
-    if s == "none" or s.startswith("tensor<") or s.startswith("!torch.none"):
+    if s == "none" or s.startswith("!torch.none"):
+        return ir.NoneType.get()  # an omitted optional input or output ("" in ONNX)
+    if s.startswith("tensor<"):
         return t
     raise TasoError(f"{o.location}: unsupported value type {s} (only tensors are supported)")
 

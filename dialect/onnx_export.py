@@ -145,7 +145,10 @@ class _Exporter:
                 continue  # unused weight
             outs = []
             for r in o.results:
-                if r in out_owner:
+                if str(r.type) == "none":  # an omitted optional output
+                    outs.append("")
+                    self.vname[r] = ""
+                elif r in out_owner:
                     nm = out_owner.pop(r)
                     outs.append(nm)
                     self.vname[r] = nm
@@ -170,7 +173,7 @@ class _Exporter:
             else:
                 raise TasoError(f"{o.location}: cannot export operation '{o.name}' to ONNX")
             for r, nm in zip(o.results, outs):
-                if nm not in reserved:
+                if nm and nm not in reserved:
                     try:
                         self.value_info.append(self._type_proto(r.type, nm))
                     except TasoError:
@@ -199,13 +202,22 @@ class _Exporter:
         domain = ""
         if "taso.domain" in attrs:
             domain = attrs.pop("taso.domain").value
+        # types of empty list attributes, recorded by the importer where no schema says them
+        hints = {}
+        if "taso.attr_types" in attrs:
+            for item in attrs.pop("taso.attr_types").value.split(","):
+                k, _, t = item.partition(":")
+                if k and t in _A.AttributeType.keys():
+                    hints[k] = _A.AttributeType.Value(t)
         schema = _schema(op_type, domain, self.opsets.get(domain, self.opset))
         node = helper.make_node(op_type, ins, outs, name=self.names_nodes.fresh(loc_name(o.location) or op_type),
                                 domain=domain or None)
         for k, a in attrs.items():
-            node.attribute.append(_onnx_attr(k, a, schema, o))
-        # drop trailing missing optional inputs (ONNX allows them to be omitted)
-        while node.input and node.input[-1] == "":
+            node.attribute.append(_onnx_attr(k, a, schema, o, hints.get(k)))
+        # omitted optional inputs are kept as "" (the node's arity is exported exactly); only trailing ones
+        # beyond what the schema accepts are dropped (onnx-mlir spells every optional operand of the
+        # newest opset, the model's opset may have fewer)
+        while node.input and node.input[-1] == "" and schema is not None and len(node.input) > schema.max_input:
             node.input.pop()
         self.nodes.append(node)
 
@@ -241,8 +253,8 @@ def _schema(op_type: str, domain: str, version: int):
 _A = onnx.AttributeProto
 
 
-def _onnx_attr(name: str, a: ir.Attribute, schema, o) -> onnx.AttributeProto:
-    want = None
+def _onnx_attr(name: str, a: ir.Attribute, schema, o, hint=None) -> onnx.AttributeProto:
+    want = hint
     if schema is not None and name in schema.attributes:
         want = schema.attributes[name].type
     if isinstance(a, ir.DenseElementsAttr):
@@ -280,32 +292,35 @@ def export_onnx(module: ir.Module) -> onnx.ModelProto:
 
 
 def save_onnx(model: onnx.ModelProto, path: str) -> None:
-    """Write atomically (temp file + rename); over 2 GB, weights go to ``<file>.data`` external data."""
+    """Write atomically: into a temporary folder beside ``path``, then rename into place. Models of
+    2 GB or more keep their weights in ONNX external data, ``<file>.data`` beside the model (renamed
+    into place first, so the model never points at missing data)."""
     d = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(d):
         raise TasoError(f"{path}: directory does not exist")
-    size = model.ByteSize() if _fits(model) else _TWO_GB + 1
+    big = not _fits(model)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".taso-", suffix=".onnx", dir=d)
+        tmpdir = tempfile.mkdtemp(prefix=".taso-", dir=d)
     except OSError as e:
         raise TasoError(f"{path}: cannot write ({e.strerror})") from None
-    os.close(fd)
+    base = os.path.basename(path)
+    tmp = os.path.join(tmpdir, base)
     try:
-        if size >= _TWO_GB:
-            data = os.path.basename(path) + ".data"
-            tmp_data = os.path.join(d, data)
+        if big:
+            data = base + ".data"
             onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
                             location=data, size_threshold=1024)
+            os.replace(os.path.join(tmpdir, data), os.path.join(d, data))
         else:
             with open(tmp, "wb") as f:
                 f.write(model.SerializeToString())
         os.replace(tmp, path)
-    except TasoError:
-        raise
     except Exception as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
         raise TasoError(f"{path}: cannot write ONNX output ({one_line(e)})") from None
+    finally:
+        import shutil
+
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def _fits(model) -> bool:

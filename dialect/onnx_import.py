@@ -27,6 +27,9 @@ from .types import _TABLE, numpy_dtype, onnx_dtype_name
 
 #: Node attribute that carries a node's domain through the upstream importer (which drops it).
 DOMAIN_ATTR = "taso_domain"
+#: Node attribute recording the types of empty list attributes of nodes outside the default domain
+#: ("name:FLOATS,..."): MLIR's empty array does not say whether it held ints, floats or strings.
+ATTR_TYPES_ATTR = "taso_attr_types"
 #: Integer initializers up to this many elements keep their values during shape inference
 #: (Reshape's shape, Split's sizes, ... are needed to infer shapes).
 _SMALL = 4096
@@ -81,6 +84,15 @@ def _to_numpy(t: onnx.TensorProto) -> np.ndarray:
     if t.data_location == onnx.TensorProto.EXTERNAL:
         raise TasoError(f"initializer '{t.name}': external data was not loaded")
     return numpy_helper.to_array(t)
+
+
+_A = onnx.AttributeProto
+_LIST_ATTR_TYPES = (_A.INTS, _A.FLOATS, _A.STRINGS, _A.TENSORS, _A.SPARSE_TENSORS, _A.TYPE_PROTOS, _A.GRAPHS)
+
+
+def _attr_len(a: onnx.AttributeProto) -> int:
+    return len(a.ints) + len(a.floats) + len(a.strings) + len(a.tensors) + len(a.sparse_tensors) \
+        + len(a.type_protos) + len(a.graphs)
 
 
 def _walk_subgraph_attrs(graph: onnx.GraphProto):
@@ -211,7 +223,15 @@ def import_onnx(
         nn.CopyFrom(n)
         if n.domain not in ("", "ai.onnx"):
             nn.attribute.append(onnx.helper.make_attribute(DOMAIN_ATTR, n.domain))
+            empty = [f"{a.name}:{onnx.AttributeProto.AttributeType.Name(a.type)}" for a in n.attribute
+                     if a.type in _LIST_ATTR_TYPES and not _attr_len(a)]
+            if empty:
+                nn.attribute.append(onnx.helper.make_attribute(ATTR_TYPES_ATTR, ",".join(empty)))
     sg.output.extend(g.output)
+    # ONNX has no shape inference for custom-domain ops (com.microsoft, ...): keep the types that the
+    # model declares for their outputs (exporters write them as value_info)
+    custom_outs = {o for n in g.node if n.domain not in ("", "ai.onnx") for o in n.output}
+    sg.value_info.extend(vi for vi in g.value_info if vi.name in custom_outs and vi.name not in weights)
     try:
         sk = onnx.shape_inference.infer_shapes(sk, check_type=True, strict_mode=True, data_prop=True)
     except Exception as e:
@@ -407,8 +427,13 @@ def dense_attr(arr: np.ndarray, ttype: ir.Type) -> ir.Attribute:
 
 def _run_importer(sk: onnx.ModelProto, ctx: ir.Context, weights, where: str) -> ir.Module:
     cfg = onnx_importer.Config(function_expansion_allowlists_by_domain={"": set()})
+    import warnings
+
     try:
-        with ctx, ir.Location.unknown():
+        with ctx, ir.Location.unknown(), warnings.catch_warnings():
+            # omitted optional outputs ("") have no type proto; the importer warns and gives them a none
+            # type, which is what we want
+            warnings.filterwarnings("ignore", message="Found a node without a valid type proto")
             info = onnx_importer.ModelInfo(sk, config=cfg)
             module = info.create_module(ctx)
             cc = _InlineWeights(ctx, weights)

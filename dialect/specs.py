@@ -138,8 +138,13 @@ def _float_only(op: str, *arrays: np.ndarray) -> None:
         raise ExactModeUnsupported(f"taso.{op} has no exact integer semantics")
 
 
+def _contiguous(a) -> np.ndarray:
+    """A C-contiguous ndarray of the same shape (np.ascontiguousarray turns 0-d into shape [1])."""
+    return np.asarray(a, order="C")
+
+
 def _finish(result: np.ndarray, like: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(result.astype(like.dtype, copy=False))
+    return _contiguous(result.astype(like.dtype, copy=False))
 
 
 def broadcast_shape(a: Shape, b: Shape) -> Shape:
@@ -324,7 +329,7 @@ def _shape_transpose(ins, a, _hint=None):
 
 def _ref_transpose(ins, a, _outs=None):
     _shape_transpose([ins[0].shape], a)
-    return [np.ascontiguousarray(np.transpose(ins[0], a["perm"]))]
+    return [_contiguous(np.transpose(ins[0], a["perm"]))]
 
 
 def _shape_reshape(ins, a, _hint=None):
@@ -336,7 +341,7 @@ def _shape_reshape(ins, a, _hint=None):
 
 def _ref_reshape(ins, a, _outs=None):
     _shape_reshape([ins[0].shape], a)
-    return [np.ascontiguousarray(ins[0].reshape(a["shape"]))]
+    return [_contiguous(ins[0].reshape(a["shape"]))]
 
 
 def _shape_concat(ins, a, _hint=None):
@@ -377,7 +382,7 @@ def _shape_split(ins, a, _hint=None):
 def _ref_split(ins, a, _outs=None):
     _shape_split([ins[0].shape], a)
     cuts = np.cumsum(a["sizes"])[:-1]
-    return [np.ascontiguousarray(p) for p in np.split(ins[0], cuts, axis=a["axis"])]
+    return [_contiguous(p) for p in np.split(ins[0], cuts, axis=a["axis"])]
 
 
 def _shape_pool(ins, a, _hint=None):
@@ -401,7 +406,7 @@ def _ref_maxpool(ins, a, _outs=None):
         low = -np.inf
     xp = _pad_hw(x, a["pads"], low)
     cols = _windows(xp, a["kernel_shape"], a["strides"], (1, 1), (oh, ow))
-    return [np.ascontiguousarray(cols.max(axis=(2, 3)))]
+    return [_contiguous(cols.max(axis=(2, 3)))]
 
 
 def _ref_avgpool(ins, a, _outs=None):
@@ -483,7 +488,7 @@ def _ref_const_imatmul(ins, a, outs):
     (shape,) = outs
     if len(shape) < 2 or shape[-1] != shape[-2]:
         raise SpecError(f"I_matmul needs a square matrix, got {list(shape)}")
-    return [np.ascontiguousarray(np.broadcast_to(np.eye(shape[-1], dtype=np.float32), shape))]
+    return [_contiguous(np.broadcast_to(np.eye(shape[-1], dtype=np.float32), shape))]
 
 
 def _ref_const_iewmul(ins, a, outs):
