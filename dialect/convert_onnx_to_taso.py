@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import TasoError, one_line
 from .mlir import func, ir
-from .ops import type_shape, create_taso_op, loc_name, named, pyval, shape_of, verify_taso_op
+from .ops import dead_code_elimination, type_shape, create_taso_op, loc_name, named, pyval, shape_of, verify_taso_op
 from .specs import MAX_ARITY, SpecError, resolve_auto_pad, spec
 from .types import vtensor_to_builtin
 
@@ -365,12 +365,10 @@ def convert_module(module, *, where: str = "module", default_opset: int = DEFAUL
 
 
 def _drop_unused_weights(op: ir.Operation) -> None:
-    for f in op.regions[0].blocks[0].operations:
-        if f.operation.name != "func.func":
-            continue
-        for o in list(f.operation.regions[0].blocks[0].operations):
-            if o.operation.name == "taso.weight" and not _has_uses(o.operation.results[0]):
-                o.operation.erase()
+    """Conversion leaves some values unused (Reshape's shape input, its Shape->Gather->Concat chain,
+    Split's sizes): remove dead taso/onnx ops. ONNX operators have no side effects, so this never
+    changes what the graph computes."""
+    dead_code_elimination(op)
 
 
 def _has_uses(v: ir.Value) -> bool:

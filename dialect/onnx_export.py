@@ -21,7 +21,7 @@ from .errors import TasoError, one_line
 from .mlir import ir
 from .ops import loc_name, named, pyval, taso_attrs, type_shape
 from .convert_onnx_to_taso import read_opsets
-from .specs import spec
+from .specs import SpecError, spec
 from .types import onnx_dtype_of_mlir, parse_tensor_type
 
 _TWO_GB = 2**31 - 1
@@ -167,7 +167,10 @@ class _Exporter:
             if o.name.startswith("taso."):
                 s = spec(o.name)
                 site = ExportSite(self, o, ins, outs)
-                s.to_onnx(site)
+                try:
+                    s.to_onnx(site)
+                except SpecError as e:
+                    raise TasoError(f"{o.location}: cannot export '{o.name}' to ONNX: {e}") from None
             elif o.name.startswith("onnx."):
                 self._generic(o, ins, outs)
             else:
@@ -288,7 +291,27 @@ def export_onnx(module: ir.Module) -> onnx.ModelProto:
     if len(funcs) != 1:
         raise TasoError(f"ONNX export needs exactly one function in the module, found {len(funcs)}")
     with module.context:
-        return _Exporter(funcs[0]).run()
+        model = _Exporter(funcs[0]).run()
+        _add_functions(module, model)
+        return model
+
+
+def _add_functions(module: ir.Module, model: onnx.ModelProto) -> None:
+    """The model-local functions recorded by the importer (``taso.onnx_functions``)."""
+    import base64
+
+    from .onnx_import import FUNCTIONS_ATTR
+
+    attrs = module.operation.attributes
+    if FUNCTIONS_ATTR not in attrs:
+        return
+    for a in ir.ArrayAttr(attrs[FUNCTIONS_ATTR]):
+        f = onnx.FunctionProto()
+        try:
+            f.ParseFromString(base64.b64decode(ir.StringAttr(a).value))
+        except Exception as e:
+            raise TasoError(f"module attribute '{FUNCTIONS_ATTR}' is not a list of ONNX functions ({one_line(e)})") from None
+        model.functions.append(f)
 
 
 def save_onnx(model: onnx.ModelProto, path: str) -> None:

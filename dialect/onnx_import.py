@@ -14,6 +14,7 @@ unknown (``?``) dimensions on generic ``onnx.*`` ops; `taso` ops always have sta
 
 from __future__ import annotations
 
+import base64
 import os
 from typing import Optional
 
@@ -30,6 +31,8 @@ DOMAIN_ATTR = "taso_domain"
 #: Node attribute recording the types of empty list attributes of nodes outside the default domain
 #: ("name:FLOATS,..."): MLIR's empty array does not say whether it held ints, floats or strings.
 ATTR_TYPES_ATTR = "taso_attr_types"
+#: Module attribute holding the model-local functions (base64 of each serialized FunctionProto).
+FUNCTIONS_ATTR = "taso.onnx_functions"
 #: Integer initializers up to this many elements keep their values during shape inference
 #: (Reshape's shape, Split's sizes, ... are needed to infer shapes).
 _SMALL = 4096
@@ -108,7 +111,7 @@ def _value_type_ok(vi: onnx.ValueInfoProto) -> Optional[str]:
         kind = t.WhichOneof("value") or "unknown"
         return f"its type is {kind.replace('_type', '')}, only tensors are supported"
     if not t.tensor_type.HasField("shape"):
-        return "its rank is unknown"
+        return "its rank is unknown (ONNX shape inference could not infer it; it may depend on input data)"
     if t.tensor_type.elem_type == 0:
         return "its element type is unknown"
     if t.tensor_type.elem_type == onnx.TensorProto.STRING:
@@ -247,9 +250,12 @@ def import_onnx(
                 continue
             vi = known.get(o)
             why = "ONNX shape inference could not infer its type" if vi is None else _value_type_ok(vi)
+            if why and n.domain not in ("", "ai.onnx"):
+                why += f" (ONNX cannot infer '{n.domain}' ops: declare the output's type in the graph's value_info)"
             if why:
                 raise TasoError(
-                    f"{where}: value '{o}' (output of {n.op_type} node '{n.name}') is not supported: {why}"
+                    f"{where}: value '{o}' (output of {n.op_type} node " + (f"'{n.name}'" if n.name else "with no name")
+                    + f") is not supported: {why}"
                 )
     # ---- the importer sees placeholders for every weight; our context cache supplies the data
     del sk.graph.input[:]
@@ -266,6 +272,11 @@ def import_onnx(
         fop = next(op.operation for op in module.body.operations if op.operation.name == "func.func")
         fop.attributes["taso.input_names"] = ir.ArrayAttr.get([ir.StringAttr.get(v.name) for v in real_inputs])
         fop.attributes["taso.output_names"] = ir.ArrayAttr.get([ir.StringAttr.get(v.name) for v in g.output])
+        if len(model.functions):
+            # model-local functions: their call sites stay generic ops; the definitions travel with the
+            # module (serialized) so that export writes them back
+            module.operation.attributes[FUNCTIONS_ATTR] = ir.ArrayAttr.get(
+                [ir.StringAttr.get(base64.b64encode(f.SerializeToString()).decode()) for f in model.functions])
     if convert:
         from .convert_onnx_to_taso import convert_module
 

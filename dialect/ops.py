@@ -192,3 +192,25 @@ def _diag_line(e: ir.MLIRError) -> str:
         d = diags[0]
         return f"{d.location}: {d.message}"
     return " ".join(str(e).split())
+
+
+def _unused(op: ir.Operation) -> bool:
+    for r in op.results:
+        for _ in r.uses:
+            return False
+    return True
+
+
+def dead_code_elimination(module_op: ir.Operation) -> int:
+    """Erase taso/onnx ops none of whose results is used, in every function (last to first, so
+    chains go in one sweep). Returns the number erased."""
+    erased = 0
+    for f in module_op.regions[0].blocks[0].operations:
+        if f.operation.name != "func.func":
+            continue
+        ops = [o.operation for o in f.operation.regions[0].blocks[0].operations]
+        for o in reversed(ops):
+            if (o.name.startswith("taso.") or o.name.startswith("onnx.")) and _unused(o):
+                o.erase()
+                erased += 1
+    return erased

@@ -106,13 +106,14 @@ def _check_attr_kind(op: str, a: AttrSpec, v: Any) -> Any:
             raise SpecError(f"taso.{op}: attribute '{a.name}' must be an integer, got {v!r}")
         v = int(v)
     elif a.kind == "ints":
-        if not isinstance(v, (list, tuple)) or not all(isinstance(x, (int, np.integer)) for x in v):
+        if not isinstance(v, (list, tuple)) or not all(
+                isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) for x in v):
             raise SpecError(f"taso.{op}: attribute '{a.name}' must be a list of integers, got {v!r}")
         v = tuple(int(x) for x in v)
     elif a.kind == "float":
-        if not isinstance(v, (int, float, np.floating)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
             raise SpecError(f"taso.{op}: attribute '{a.name}' must be a float, got {v!r}")
-        v = float(v)
+        v = float(np.float32(v))  # ONNX float attributes and the MLIR attribute (f32) are float32
     elif a.kind == "str":
         if not isinstance(v, str):
             raise SpecError(f"taso.{op}: attribute '{a.name}' must be a string, got {v!r}")
@@ -312,7 +313,9 @@ def _ref_relu(ins, a, _outs=None):
 
 def _ref_sigmoid(ins, a, _outs=None):
     _float_only("sigmoid", ins[0])
-    return [_finish(1.0 / (1.0 + np.exp(-_f64(ins[0]))), ins[0])]
+    x = _f64(ins[0])
+    e = np.exp(-np.abs(x))  # never overflows, unlike exp(-x) for very negative x
+    return [_finish(np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)), ins[0])]
 
 
 def _ref_tanh(ins, a, _outs=None):
@@ -497,7 +500,11 @@ def _ref_const_iewmul(ins, a, outs):
 
 
 def _ref_weight(ins, a, outs):
-    return [a["value"]]
+    # ``value`` is a numpy array or a DenseElementsAttr (buffer protocol; a splat reads back whole)
+    v = np.array(a["value"])
+    if outs is not None and v.shape != tuple(outs[0]):
+        v = np.broadcast_to(v, tuple(outs[0]))
+    return [_contiguous(v)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -533,11 +540,22 @@ def _simple(op_type):
 
 
 def _export_transpose(site):
-    site.node("Transpose", site.inputs, site.outputs, perm=list(site.attrs["perm"]))
+    perm = list(site.attrs["perm"])
+    # a 0-d transpose has an empty perm, which ONNX cannot write as an attribute (the default is the same)
+    site.node("Transpose", site.inputs, site.outputs, **({"perm": perm} if perm else {}))
 
 
 def _export_reshape(site):
     shape = np.array(site.attrs["shape"], dtype=np.int64)
+    # ONNX reads a 0 in the target shape as "copy the input's dimension" unless allowzero=1 (opset 14)
+    zero_copies = [i for i, d in enumerate(site.attrs["shape"]) if d == 0]
+    if zero_copies and site.opset >= 14:
+        site.node("Reshape", [site.inputs[0], site.const(shape, "shape")], site.outputs, allowzero=1)
+        return
+    x = site.in_shapes[0]
+    if any(i >= len(x) or x[i] != 0 for i in zero_copies):
+        raise SpecError(f"taso.reshape to {list(shape)}: a 0 dimension needs ONNX opset >= 14 (allowzero); "
+                        f"the model's opset is {site.opset}")
     if site.opset < 5:
         site.node("Reshape", site.inputs, site.outputs, shape=list(site.attrs["shape"]))
     else:

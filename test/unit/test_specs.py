@@ -13,6 +13,7 @@ case for one operator does not change the others.
 from __future__ import annotations
 
 import itertools
+import warnings
 import zlib
 
 import numpy as np
@@ -126,7 +127,8 @@ def case_module(ctx, case: Case):
         verify_taso_op(op)
         return op.results
 
-    return build_module(ctx, [(x.shape, _elem(x.dtype)) for x in case.inputs], body, opset=case.opset)
+    return build_module(ctx, [(x.shape, _elem(x.dtype)) for x in case.inputs], body, opset=case.opset,
+                        ir_version=10 if case.opset >= 21 else 8)
 
 
 _SESSION_OPTIONS = None
@@ -252,13 +254,15 @@ def unary_cases(op):
     rng = _rng(op)
     out = [Case(op, [_f32(rng, _dims(rng, r), scale=3.0)]) for r in (0, 1, 2, 3, 4)]
     out.append(Case(op, [_f32(rng, (4, 5), scale=30.0)], tag="large"))
+    out.append(Case(op, [np.array([-1e4, -800.0, -100.0, -1e-3, 0.0, 1e-3, 100.0, 800.0, 1e4], np.float32)],
+                    tag="extreme"))
     return out
 
 
 def transpose_cases():
     rng = _rng("transpose")
     out = []
-    for r in (1, 2, 2, 3, 3, 4, 4, 5):
+    for r in (0, 1, 2, 2, 3, 3, 4, 4, 5):
         perm = tuple(int(p) for p in rng.permutation(r))
         out.append(Case("transpose", [_f32(rng, _dims(rng, r, 1, 4))], dict(perm=perm)))
     return out
@@ -282,6 +286,10 @@ def reshape_cases():
         out.append(Case("reshape", [_f32(rng, shape)], dict(shape=tuple(target))))
     out.append(Case("reshape", [_f32(rng, (1, 1))], dict(shape=())))
     out.append(Case("reshape", [_f32(rng, ())], dict(shape=(1, 1, 1))))
+    # empty tensors: ONNX reads a 0 in Reshape's shape as "copy" unless allowzero=1
+    out.append(Case("reshape", [_f32(rng, (0, 3))], dict(shape=(3, 0)), tag="empty"))
+    out.append(Case("reshape", [_f32(rng, (2, 0, 3))], dict(shape=(0, 4)), tag="empty"))
+    out.append(Case("reshape", [_f32(rng, (0, 3))], dict(shape=(0, 1, 3)), opset=13, tag="empty"))
     return out
 
 
@@ -300,6 +308,7 @@ def concat_cases():
                 s[ax] = int(rng.integers(1, 4))
                 ins.append(_f32(rng, s))
             out.append(Case("concat", ins, dict(axis=ax)))
+    out.append(Case("concat", [_f32(rng, (2, 0)), _f32(rng, (2, 3)), _f32(rng, (2, 0))], dict(axis=1), tag="empty"))
     return out
 
 
@@ -316,6 +325,7 @@ def split_cases():
             shape[ax] = sum(sizes)
             for opset in ((11, 17) if r == 2 else (17,)):  # opset < 13: `split` is an attribute
                 out.append(Case("split", [_f32(rng, shape)], dict(axis=ax, sizes=sizes), opset=opset))
+    out.append(Case("split", [_f32(rng, (2, 3))], dict(axis=1, sizes=(0, 3, 0)), tag="empty"))
     return out
 
 
@@ -403,7 +413,9 @@ def test_reference_matches_onnxruntime(ctx, case):
     model = export_onnx(module)
     onnx.checker.check_model(model)
     got = run_ort(model, case.inputs)
-    want = _ref(case)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow/invalid-value warnings from the reference
+        want = _ref(case)
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
         assert isinstance(w, np.ndarray)
@@ -435,6 +447,98 @@ def test_shape_function_matches_onnx(ctx, case):
         assert dims == s, f"{o.name}: {dims} != {s}"
 
 
+_NON_CONST = [c for c in ALL_CASES if c.op not in CONST_OPS and c.opset == 17 and c.tag != "empty"]
+
+
+@pytest.mark.parametrize("opset", [11, 13, 21])
+@pytest.mark.parametrize("case", _NON_CONST[::2], ids=lambda c: c.id)
+def test_reference_matches_onnxruntime_other_opsets(ctx, case, opset):
+    """The ONNX mapping is right at older and newer opsets too (Split/Pad/Reshape changed form)."""
+    c = Case(case.op, case.inputs, case.attrs, opset=opset)
+    got = run_ort(export_onnx(case_module(ctx, c)), c.inputs)
+    for i, (g, w) in enumerate(zip(got, _ref(c), strict=True)):
+        assert_close(g, w, f"{c.id} result {i}")
+
+
+def test_reshape_with_zero_dims_needs_allowzero(ctx):
+    ok = case_module(ctx, Case("reshape", [np.zeros((0, 3), np.float32)], dict(shape=(3, 0)), opset=17))
+    node = export_onnx(ok).graph.node[0]
+    assert node.op_type == "Reshape" and [a.i for a in node.attribute if a.name == "allowzero"] == [1]
+    old = case_module(ctx, Case("reshape", [np.zeros((0, 3), np.float32)], dict(shape=(3, 0)), opset=13))
+    with pytest.raises(SpecError, match="allowzero"):
+        export_onnx(old)
+    # without zero dimensions the exported Reshape is the plain form
+    plain = export_onnx(case_module(ctx, Case("reshape", [np.zeros((2, 3), np.float32)], dict(shape=(3, 2)))))
+    assert not plain.graph.node[0].attribute
+
+
+@pytest.mark.parametrize("op,ins,attrs,opset,attr_name", [
+    pytest.param("reshape", [(2, 3)], dict(shape=(3, 2)), 4, "shape", id="reshape-opset4"),
+    pytest.param("split", [(5, 2)], dict(axis=0, sizes=(2, 3)), 11, "split", id="split-opset11"),
+    pytest.param("enlarge", [(2, 2, 1, 3)], dict(kernel_shape=(3, 5)), 10, "pads", id="enlarge-opset10"),
+])
+def test_old_opsets_use_attribute_forms(ctx, op, ins, attrs, opset, attr_name):
+    case = Case(op, [np.zeros(s, np.float32) for s in ins], attrs, opset=opset)
+    (node,) = export_onnx(case_module(ctx, case)).graph.node
+    assert list(node.input) == ["x0"]
+    assert attr_name in [a.name for a in node.attribute]
+    new = export_onnx(case_module(ctx, Case(op, case.inputs, attrs, opset=17))).graph.node[0]
+    assert len(new.input) == 2 and attr_name not in [a.name for a in new.attribute]
+
+
+_F64_OPS = ("matmul", "ewadd", "ewmul", "smul", "relu", "sigmoid", "tanh", "transpose", "reshape", "concat",
+            "split", "maxpool2d", "batchnorm", "enlarge")  # onnxruntime has no double Conv/AveragePool
+
+
+@pytest.mark.parametrize("case", [c for c in _NON_CONST if c.op in _F64_OPS][::2], ids=lambda c: c.id)
+def test_float64_reference_matches_onnxruntime(ctx, case):
+    c = Case(case.op, [x.astype(np.float64) for x in case.inputs], case.attrs)
+    got = run_ort(export_onnx(case_module(ctx, c)), c.inputs)
+    for g, w in zip(got, _ref(c), strict=True):
+        assert w.dtype == np.float64
+        scale = max(1.0, float(np.abs(w).max())) if w.size else 1.0
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12 * scale)
+
+
+_INT_ORT_OPS = ("ewadd", "ewmul", "smul", "matmul", "transpose", "reshape", "concat", "split", "enlarge")
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.int64], ids=["uint32", "int64"])
+@pytest.mark.parametrize("case", [c for c in _NON_CONST if c.op in _INT_ORT_OPS and c.attrs.get("activation") != "relu"][::3],
+                         ids=lambda c: c.id)
+def test_exact_mode_matches_onnxruntime_integers(ctx, case, dtype):
+    """Full-range integers: onnxruntime's integer kernels wrap like the exact reference (onnxruntime has
+    no integer Relu/Conv/MaxPool kernels; those are checked against naive loops below)."""
+    rng = _rng(f"int-ort{case.id}{dtype}")
+    c = Case(case.op, [_ints(rng, x.shape, dtype) for x in case.inputs], case.attrs)
+    got = run_ort(export_onnx(case_module(ctx, c)), c.inputs)
+    for g, w in zip(got, _ref(c), strict=True):
+        assert w.dtype == dtype
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("splat", [False, True], ids=["dense", "splat"])
+def test_weight_from_mlir_attribute(ctx, splat):
+    """evaluate("weight") reads the DenseElementsAttr an op carries (a splat reads back whole)."""
+    arr = np.full((2, 3), 2.5, np.float32) if splat else np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    with ctx, ir.Location.unknown():
+        ttype = tensor_type(arr.shape, "f32")
+        value = (ir.DenseElementsAttr.get_splat(ttype, ir.FloatAttr.get(ir.F32Type.get(), 2.5)) if splat
+                 else ir.DenseElementsAttr.get(arr, type=ttype))
+    assert value.is_splat == splat
+
+    def body(args):
+        op = create_taso_op("weight", [], [ttype], {}, extra={"name": ir.StringAttr.get("w"), "value": value})
+        verify_taso_op(op)
+        return op.results
+
+    got = run_ort(export_onnx(build_module(ctx, [], body)), [])[0]
+    (want,) = specs.evaluate("weight", [], {"value": value}, [arr.shape])
+    assert isinstance(want, np.ndarray) and want.dtype == np.float32
+    np.testing.assert_array_equal(want, arr)
+    np.testing.assert_array_equal(got, arr)
+
+
 # --------------------------------------------------------------------------------------------
 # the constants' meaning, checked by composing them with the ops they are identities/pools for
 
@@ -443,16 +547,17 @@ def _compose_cases():
     rng = _rng("compose")
     out = []
     for c, g, k in ((4, 1, 3), (4, 2, 3), (3, 3, 1), (6, 3, 5)):  # I_conv: conv(x, I_conv) == x
-        out.append(("iconv", _f32(rng, (1, c, 5, 6)), dict(group=g, k=k)))
+        out.append(pytest.param("iconv", _f32(rng, (1, c, 5, 6)), dict(group=g, k=k), id=f"iconv-C{c}-g{g}-k{k}"))
     for c, kh, kw in ((2, 3, 3), (3, 2, 3)):  # conv(x, C_pool, depthwise) == avgpool(count pads)
-        out.append(("cpool", _f32(rng, (2, c, 5, 5)), dict(k=(kh, kw))))
+        out.append(pytest.param("cpool", _f32(rng, (2, c, 5, 5)), dict(k=(kh, kw)), id=f"cpool-C{c}-k{kh}x{kw}"))
     for shape in ((3, 4), (2, 3, 5)):
-        out.append(("imatmul", _f32(rng, shape), {}))
-        out.append(("iewmul", _f32(rng, shape), {}))
+        sid = "x".join(map(str, shape))
+        out.append(pytest.param("imatmul", _f32(rng, shape), {}, id=f"imatmul-{sid}"))
+        out.append(pytest.param("iewmul", _f32(rng, shape), {}, id=f"iewmul-{sid}"))
     return out
 
 
-@pytest.mark.parametrize("kind,x,p", _compose_cases(), ids=lambda v: None)
+@pytest.mark.parametrize("kind,x,p", _compose_cases())
 def test_constants_compose_to_identities(ctx, kind, x, p):
     f32 = lambda s: tensor_type(s, "f32")  # noqa: E731
     n, c = x.shape[0], x.shape[-1] if kind in ("imatmul", "iewmul") else x.shape[1]
@@ -732,6 +837,9 @@ def test_constants_reject_bad_shapes(op, shape):
     ("avgpool2d", dict(kernel_shape=(2, 2), count_include_pad=2), "one of"),
     ("transpose", {}, "missing"),
     ("batchnorm", dict(epsilon="small"), "float"),
+    ("batchnorm", dict(epsilon=True), "float"),
+    ("conv2d", dict(strides=(True, 1)), "list of integers"),
+    ("conv2d", dict(pads=(0, 0, 0, 0.5)), "list of integers"),
 ])
 def test_complete_attrs_rejects(op, attrs, msg):
     with pytest.raises(SpecError, match=msg):

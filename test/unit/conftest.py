@@ -1,0 +1,26 @@
+"""Shared pytest plumbing for the unit tests."""
+
+from __future__ import annotations
+
+import pytest
+
+_SUMMARY = pytest.StashKey[list]()
+
+
+@pytest.fixture
+def taso_summary(request):
+    """``taso_summary(lines)``: lines to print in pytest's terminal summary (shown with or without -s/-q)."""
+    store = request.config.stash.setdefault(_SUMMARY, [])
+
+    def add(lines):
+        store.extend([lines] if isinstance(lines, str) else list(lines))
+
+    return add
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    lines = config.stash.get(_SUMMARY, [])
+    if lines:
+        terminalreporter.section("taso-mlir summary")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -1,0 +1,63 @@
+"""Every model of the ONNX backend test data shipped inside the ``onnx`` package round-trips through
+taso-mlir (import, convert-onnx-to-taso, export) or is rejected with a one-line TasoError.
+
+The sweep itself lives in ``onnx_backend_sweep.py`` (also runnable by hand, e.g. with generated node
+tests: ``python test/unit/onnx_backend_sweep.py --root DIR -v``). It runs the models in two worker
+processes so that a crash of the MLIR library is reported as a FAIL naming the model, not a dead pytest.
+The counts are printed in pytest's terminal summary.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import onnx_backend_sweep as sweep
+
+
+@pytest.mark.slow
+def test_backend_models_round_trip_or_are_rejected(taso_summary):
+    cases, notes = sweep.discover()
+    assert cases, f"no ONNX backend test models found under {sweep.data_root()}"
+    t0 = time.time()
+    results = sweep.sweep(cases, jobs=2)
+    taso_summary(sweep.summarize(results, notes, time.time() - t0))
+
+    assert len(results) == len(cases)
+    fails = [f"{r['id']}: {r['reason']}" for r in results if r["status"] == "fail"]
+    assert not fails, f"{len(fails)} model(s) FAIL:\n" + "\n".join(fails)
+    multi = [r["id"] for r in results if r["status"] == "rejected" and (not r["one_line"] or "\n" in r["reason"])]
+    assert not multi, f"TasoError messages spanning several lines: {multi}"
+    for r in results:
+        if r["status"] == "rejected":
+            assert r["reason"].strip(), f"{r['id']}: empty TasoError message"
+
+
+def test_a_crash_is_a_fail_naming_the_model(monkeypatch):
+    """The orchestration: a worker killed by an abort (what an MLIR crash does) blames the model it was
+    running, and the other models still get their results."""
+    cases, _ = sweep.discover()
+    small = sorted((c for c in cases if c["suite"] != "light"), key=lambda c: os.path.getsize(c["model"]))[:3]
+    assert len(small) == 3
+    monkeypatch.setenv(sweep.CRASH_ENV, small[1]["id"])
+    results = sweep.sweep(small, jobs=1)
+    assert [r["id"] for r in results] == [c["id"] for c in small]
+    assert results[1]["status"] == "fail" and "process crashed (signal SIGABRT)" in results[1]["reason"]
+    assert results[0]["status"] != "fail" and results[2]["status"] != "fail", results
+
+
+def test_categories_and_summary():
+    assert sweep.category("m.onnx: node 'n' (Loop) has a subgraph attribute 'body'; control flow ...") == "control flow"
+    assert sweep.category("value 's' ... its type is sequence, only tensors are supported") \
+        == "sequence/optional/map types"
+    assert sweep.category("graph input 'x' is not supported: it is a string tensor; ...") == "string tensors"
+    results = [dict(id="simple/a", suite="simple", status="ok", ort="compared"),
+               dict(id="simple/b", suite="simple", status="rejected", reason="... string tensors ...", one_line=True),
+               dict(id="light/c", suite="light", status="fail", reason="numeric mismatch")]
+    lines = sweep.summarize(results, {"node": "not shipped in this onnx package"})
+    assert lines[0].startswith("ONNX backend test models: 3 total, 1 round-trip ok")
+    assert "1 FAIL" in lines[0]
+    assert "  node: not shipped in this onnx package" in lines
+    assert "  FAIL light/c: numeric mismatch" in lines
