@@ -29,6 +29,7 @@ needs ``onnxscript``). ``example_inputs(name)`` gives numpy inputs that the expo
 torch is imported lazily: this module imports (and lists its models) without torch installed.
 
     python -m taso_mlir.benchmarks.torch_models resnet50 out.onnx [--exporter dynamo]
+    python -m taso_mlir.benchmarks.torch_models --measure [MODEL ...]   # the round-trip table
 """
 
 from __future__ import annotations
@@ -410,12 +411,154 @@ def exporter_versions() -> dict[str, str]:
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# round trips and their measurements (no torch needed)
+
+# The child reports its own peak RSS: VmHWM (ru_maxrss would include the parent's RSS at fork time,
+# which survives exec on Linux).
+_CHILD = """
+import resource, sys
+from taso_mlir.tools.taso_opt import main
+rc = main(sys.argv[1:])
+try:
+    kb = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+except (OSError, StopIteration):
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+sys.stderr.write("\\ntaso-roundtrip-peak-rss-kb %d\\n" % kb)
+sys.exit(rc)
+"""
+
+
+@dataclass
+class RoundTrip:
+    rc: int
+    wall_s: float  # the whole `taso-opt in.onnx -o out.onnx` process: start-up, import, export, write
+    peak_rss_mb: float  # that process's peak resident set size
+    stderr: str
+
+
+def roundtrip(in_path: str, out_path: str, *extra: str, timeout: float = 1800) -> RoundTrip:
+    """``taso-opt in_path -o out_path [extra]`` in a fresh process, timed, with its peak RSS."""
+    import re
+    import subprocess
+    import time
+
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", _CHILD, in_path, "-o", out_path, *extra],
+                       capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t
+    m = re.search(r"taso-roundtrip-peak-rss-kb (\d+)", p.stderr)
+    err = re.sub(r"\s*taso-roundtrip-peak-rss-kb \d+\s*", "", p.stderr)
+    return RoundTrip(p.returncode, wall, int(m.group(1)) / 1024 if m else float("nan"), err)
+
+
+def model_stats(path: str) -> dict:
+    """Node count and weight megabytes (initializers and Constant nodes) of an ONNX file."""
+    import onnx
+
+    m = onnx.load(path, load_external_data=False)
+    nbytes = sum(len(t.raw_data) or onnx.numpy_helper.to_array(t).nbytes for t in m.graph.initializer)
+    for n in m.graph.node:
+        if n.op_type == "Constant":
+            for a in n.attribute:
+                if a.name == "value":
+                    nbytes += len(a.t.raw_data) or onnx.numpy_helper.to_array(a.t).nbytes
+    return dict(nodes=len(m.graph.node), weight_mb=nbytes / 1e6, file_mb=os.path.getsize(path) / 1e6,
+                opset=next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 0))
+
+
+def compare_outputs(a_path: str, b_path: str, feeds_list: list[dict]) -> tuple[float, float]:
+    """Both models in onnxruntime on each feed: (largest |a - b|, max(1, largest |a|)) over all outputs."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    max_abs, scale = 0.0, 1.0
+    sa = ort.InferenceSession(a_path, opts, providers=["CPUExecutionProvider"])
+    ra = [sa.run(None, f) for f in feeds_list]
+    del sa
+    sb = ort.InferenceSession(b_path, opts, providers=["CPUExecutionProvider"])
+    rb = [sb.run(None, f) for f in feeds_list]
+    del sb
+    for xs, ys in zip(ra, rb):
+        assert len(xs) == len(ys)
+        for x, y in zip(xs, ys):
+            assert x.shape == y.shape and x.dtype == y.dtype, (x.shape, x.dtype, y.shape, y.dtype)
+            assert np.isfinite(x).all(), "the original model gives non-finite outputs"
+            max_abs = max(max_abs, float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))))
+            scale = max(scale, float(np.max(np.abs(x))))
+    return max_abs, scale
+
+
+def feeds_for(name: str) -> list[dict]:
+    """Two input sets: ``example_inputs`` (seed 1) and another draw (seed 2)."""
+    return [example_inputs(name, seed=1), example_inputs(name, seed=2)]
+
+
+def measure(names: list[str], exporter: str, workdir: str, keep: bool = False) -> list[dict]:
+    """Export, round-trip (timed, peak RSS), check and compare each model; one row per model."""
+    import time
+
+    import onnx
+
+    rows = []
+    for name in names:
+        src = os.path.join(workdir, f"{name}.{exporter}.onnx")
+        dst = os.path.join(workdir, f"{name}.{exporter}.taso.onnx")
+        t = time.perf_counter()
+        export(name, src, exporter)
+        row = dict(model=name, exporter=exporter, export_s=time.perf_counter() - t, **model_stats(src))
+        rt = roundtrip(src, dst)
+        row.update(rc=rt.rc, wall_s=rt.wall_s, peak_rss_mb=rt.peak_rss_mb)
+        if rt.rc != 0:
+            row["error"] = rt.stderr.strip().splitlines()[-1] if rt.stderr.strip() else f"exit {rt.rc}"
+        else:
+            onnx.checker.check_model(dst, full_check=True)
+            row["nodes_out"] = model_stats(dst)["nodes"]
+            row["max_abs"], row["scale"] = compare_outputs(src, dst, feeds_for(name))
+            row["ok"] = row["max_abs"] <= 1e-5 * row["scale"]
+        rows.append(row)
+        print(_format_row(row), flush=True)
+        if not keep:
+            for p in (src, dst, dst + ".data"):
+                if os.path.exists(p):
+                    os.remove(p)
+    return rows
+
+
+TABLE_HEADER = ("| model | exporter | opset | nodes in / out | weights MB | round trip s | peak RSS MB | "
+                "max abs diff | output scale | ok |\n|---|---|---|---|---|---|---|---|---|---|")
+
+
+def _format_row(r: dict) -> str:
+    if r.get("rc", 0) != 0:
+        return (f"| {r['model']} | {r['exporter']} | {r['opset']} | {r['nodes']} / - | {r['weight_mb']:.1f} | "
+                f"{r['wall_s']:.2f} | {r['peak_rss_mb']:.0f} | - | - | FAILED: {r.get('error', '')} |")
+    return (f"| {r['model']} | {r['exporter']} | {r['opset']} | {r['nodes']} / {r['nodes_out']} | "
+            f"{r['weight_mb']:.1f} | {r['wall_s']:.2f} | {r['peak_rss_mb']:.0f} | {r['max_abs']:.3g} | "
+            f"{r['scale']:.3g} | {'yes' if r['ok'] else 'NO'} |")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m taso_mlir.benchmarks.torch_models", description=__doc__.split("\n")[0])
-    ap.add_argument("model", choices=sorted(MODELS))
-    ap.add_argument("output")
+    ap.add_argument("model", nargs="?", choices=sorted(MODELS))
+    ap.add_argument("output", nargs="?")
     ap.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript")
+    ap.add_argument("--measure", nargs="*", metavar="MODEL",
+                    help="export, round-trip and compare these models (all if none given), print a table")
+    ap.add_argument("--workdir", default=None, help="where --measure writes its models (default: a temp dir)")
     a = ap.parse_args(argv)
+    if a.measure is not None:
+        import tempfile
+
+        names = a.measure or list(MODELS)
+        versions = ", ".join(f"{k} {v}" for k, v in exporter_versions().items())
+        print(f"exporter: {a.exporter} ({versions}), opset {OPSET}\n\n{TABLE_HEADER}", flush=True)
+        with tempfile.TemporaryDirectory(dir=a.workdir) as d:
+            rows = measure(names, a.exporter, d)
+        return 0 if all(r.get("ok") for r in rows) else 1
+    if not a.model or not a.output:
+        ap.error("give MODEL OUTPUT, or --measure")
     export(a.model, a.output, a.exporter)
     size = os.path.getsize(a.output)
     print(f"{a.model}: {a.output} ({size / 1e6:.1f} MB)")

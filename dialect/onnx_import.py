@@ -60,17 +60,24 @@ def load_onnx(path: str) -> onnx.ModelProto:
 
 
 def check_model(model: onnx.ModelProto, where: str) -> None:
+    from .onnx_export import model_size_bound  # (ByteSize would serialize the weights once more)
+
     try:
-        if model.ByteSize() < _TWO_GB:
+        if model_size_bound(model) < _TWO_GB:
             onnx.checker.check_model(model)
     except Exception as e:
         raise TasoError(f"{where}: invalid ONNX model: {one_line(e)}") from None
 
 
-def _constant_node_value(node: onnx.NodeProto) -> np.ndarray:
+def _constant_node_value(node: onnx.NodeProto, where: str = "") -> np.ndarray:
     (attr,) = node.attribute
+    what = f"Constant node '{node.name or node.output[0]}'"
     if attr.name == "value":
-        return numpy_helper.to_array(attr.t)
+        return _to_numpy(attr.t, what, where)
+    if attr.name in ("value_string", "value_strings"):
+        raise TasoError(f"{where + ': ' if where else ''}{what} is a string tensor; string tensors are not supported")
+    if attr.name == "sparse_value":
+        raise TasoError(f"{where + ': ' if where else ''}{what} is a sparse tensor; sparse constants are not supported")
     if attr.name == "value_float":
         return np.array(attr.f, dtype=np.float32)
     if attr.name == "value_floats":
@@ -79,13 +86,18 @@ def _constant_node_value(node: onnx.NodeProto) -> np.ndarray:
         return np.array(attr.i, dtype=np.int64)
     if attr.name == "value_ints":
         return np.array(list(attr.ints), dtype=np.int64)
-    raise TasoError(f"Constant node '{node.name or node.output[0]}': unsupported constant kind '{attr.name}'")
+    raise TasoError(f"{where + ': ' if where else ''}{what}: unsupported constant kind '{attr.name}'")
 
 
-def _to_numpy(t: onnx.TensorProto) -> np.ndarray:
-    numpy_dtype(t.data_type)  # rejects types we cannot carry with a clear message
+def _to_numpy(t: onnx.TensorProto, what: Optional[str] = None, where: str = "") -> np.ndarray:
+    what = what or f"initializer '{t.name}'"
+    try:
+        numpy_dtype(t.data_type)  # rejects types we cannot carry
+    except TasoError:
+        raise TasoError(f"{where + ': ' if where else ''}{what} has element type {onnx_dtype_name(t.data_type)}, "
+                        f"which is not supported for weight data") from None
     if t.data_location == onnx.TensorProto.EXTERNAL:
-        raise TasoError(f"initializer '{t.name}': external data was not loaded")
+        raise TasoError(f"{where + ': ' if where else ''}{what}: external data was not loaded")
     return numpy_helper.to_array(t)
 
 
@@ -96,6 +108,30 @@ _LIST_ATTR_TYPES = (_A.INTS, _A.FLOATS, _A.STRINGS, _A.TENSORS, _A.SPARSE_TENSOR
 def _attr_len(a: onnx.AttributeProto) -> int:
     return len(a.ints) + len(a.floats) + len(a.strings) + len(a.tensors) + len(a.sparse_tensors) \
         + len(a.type_protos) + len(a.graphs)
+
+
+def _attr_problems(graph: onnx.GraphProto):
+    """Node attributes MLIR cannot carry (readably): some tensors, strings that are not UTF-8."""
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            continue  # a weight: checked, with its own message, where it is read
+        for a in node.attribute:
+            if a.type in (_A.STRING, _A.STRINGS):
+                try:
+                    for b in [a.s] if a.type == _A.STRING else list(a.strings):
+                        b.decode("utf-8")
+                except UnicodeDecodeError:
+                    yield node, a, "the string is not UTF-8 text, which is not supported"
+            elif a.type in (_A.SPARSE_TENSOR, _A.SPARSE_TENSORS):
+                yield node, a, "sparse tensor attributes are not supported"
+            elif a.type == _A.TENSORS:
+                yield node, a, "lists of tensors in attributes are not supported"
+            elif a.type == _A.TENSOR:
+                for t in [a.t]:
+                    if t.data_type == onnx.TensorProto.STRING:
+                        yield node, a, "string tensors are not supported"
+                    elif t.data_type not in _TABLE or _TABLE[t.data_type][1] is None:
+                        yield node, a, f"{onnx_dtype_name(t.data_type)} tensors are not supported in attributes"
 
 
 def _walk_subgraph_attrs(graph: onnx.GraphProto):
@@ -172,18 +208,20 @@ def import_onnx(
             f"{where}: node '{node.name or node.output[0]}' ({node.op_type}) has a subgraph attribute "
             f"'{a.name}'; control flow (If/Loop/Scan) is not supported yet"
         )
+    for node, a, why in _attr_problems(g):
+        raise TasoError(f"{where}: node '{node.name or node.output[0]}' ({node.op_type}) attribute '{a.name}': {why}")
     if any(n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.attribute) != 1 for n in g.node):
         raise TasoError(f"{where}: a Constant node must have exactly one attribute")
 
     # ---- weights: initializers and Constant nodes, as numpy arrays keyed by tensor name
     weights: dict[str, np.ndarray] = {}
     for t in g.initializer:
-        weights[t.name] = _to_numpy(t)
+        weights[t.name] = _to_numpy(t, where=where)
     if len(g.sparse_initializer):
         raise TasoError(f"{where}: sparse initializers are not supported")
     for n in g.node:
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-            weights[n.output[0]] = _constant_node_value(n)
+            weights[n.output[0]] = _constant_node_value(n, where)
 
     # ---- skeleton for shape inference: weights become typed inputs (small ints keep values)
     sk = onnx.ModelProto()
@@ -384,7 +422,10 @@ def _refine_shapes(sk: onnx.ModelProto) -> onnx.ModelProto:
     del out_model.graph.value_info[:]
     out_model.graph.value_info.extend(vi for name, vi in types.items() if name not in skip)
     try:
-        return onnx.shape_inference.infer_shapes(out_model, check_type=True, strict_mode=True, data_prop=True)
+        # no data propagation here: ONNX's propagates a Slice whose starts/ends are computed (not
+        # constants) as if it took the whole input (nn.MultiheadAttention's `Shape -> Slice(0, Mod(..))
+        # -> Concat -> Reshape` becomes rank 7 instead of 4) and then rejects the refined, correct type
+        return onnx.shape_inference.infer_shapes(out_model, check_type=True, strict_mode=True, data_prop=False)
     except Exception:
         return sk
 
@@ -410,20 +451,23 @@ def _with_overrides(real_inputs, overrides) -> list:
 class _InlineWeights(onnx_importer.ContextCache):
     """The importer's context cache, building inline dense attributes from our numpy weights."""
 
-    __slots__ = ["_weights"]
+    __slots__ = ["_weights", "_made"]
 
     def __init__(self, context, weights):
         super().__init__(context)
         self._weights = weights
+        self._made: dict = {}
 
     def tensor_proto_to_attr(self, tp: onnx.TensorProto):
-        if tp.name in self._weights and not tp.raw_data and tp.data_location != onnx.TensorProto.EXTERNAL \
-                and not _has_typed_data(tp):
-            arr = self._weights[tp.name]
-        else:
-            arr = _to_numpy(tp)
         ttype = self.tensor_proto_to_builtin_type(tp)
-        return dense_attr(arr, ttype)
+        if (tp.name in self._weights or tp.name in self._made) and not tp.raw_data \
+                and tp.data_location != onnx.TensorProto.EXTERNAL and not _has_typed_data(tp):
+            if tp.name not in self._made:
+                # the numpy copy is dropped once the attribute holds the data: the weights are never
+                # held three times over (the model, numpy, MLIR; -600 MB peak for 600 MB of weights)
+                self._made[tp.name] = dense_attr(self._weights.pop(tp.name), ttype)
+            return self._made[tp.name]
+        return dense_attr(_to_numpy(tp), ttype)
 
 
 def _has_typed_data(tp) -> bool:

@@ -16,8 +16,26 @@ _LOC_NAME = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"(?:\)|\()')
 
 def loc_name(loc: ir.Location) -> Optional[str]:
     """The name of a ``loc("name")`` location (possibly wrapping another), else None."""
+    name = getattr(loc, "name_str", None)  # a NameLoc (locations arrive downcast)
+    if isinstance(name, str):
+        return name
     m = _LOC_NAME.match(str(loc))
-    return m.group(1).encode().decode("unicode_escape") if m else None
+    return _unescape_mlir_string(m.group(1)) if m else None
+
+
+_MLIR_ESCAPE = re.compile(r"\\(\\|[0-9A-Fa-f]{2})")
+
+
+def _unescape_mlir_string(text: str) -> str:
+    r"""MLIR's printed string escapes (``\\`` and ``\XX`` per byte) back to the UTF-8 string."""
+    out = bytearray()
+    pos = 0
+    for m in _MLIR_ESCAPE.finditer(text):
+        out += text[pos:m.start()].encode()
+        out += b"\\" if m.group(1) == "\\" else bytes([int(m.group(1), 16)])
+        pos = m.end()
+    out += text[pos:].encode()
+    return out.decode("utf-8", errors="replace")
 
 
 def named(attrs) -> list:

@@ -1,20 +1,32 @@
 """Round-trip sweep over the ONNX backend test models shipped inside the ``onnx`` package.
 
 For each model: load, import (into the `taso` dialect), export, ``onnx.checker.check_model(full_check=True)``
-on the export, then run the export in onnxruntime on the model's test inputs and compare with the expected
-outputs (only where onnxruntime can run the original model too). Each model ends up as
+on the export; the graph inputs and outputs must keep their names and order, and every generic node (one
+that convert-onnx-to-taso does not raise to a `taso` op) must come back exactly: op type, domain,
+attributes with their ONNX types and values, input/output arity with omitted optional ones ("") in place.
+Then the export runs in onnxruntime on the model's test_data_set_0 inputs (the light/ models: the backend
+runner's dummy inputs) and is compared with the expected outputs (rtol=1e-3, atol=1e-5):
 
-- ``ok``        it round-trips (``ort`` says whether numerics were compared and why not),
+- where onnxruntime cannot run the original (old opsets, training ops), onnx's ReferenceEvaluator is used
+  instead if it reproduces the expected outputs on the original; else nothing numeric is compared;
+- where onnxruntime does not reproduce the expected outputs on the original either, the export is
+  compared with onnxruntime's outputs for the original.
+
+Each model ends up as
+
+- ``ok``        it round-trips (``ort`` says whether numerics were compared, ``note`` how or why not),
 - ``rejected``  taso-mlir refused it with a one-line ``TasoError`` (the reason is kept),
-- ``fail``      anything else: another exception, a checker failure, a numeric mismatch, a crash of
-                the process (an MLIR abort), a hang.
+- ``fail``      anything else: another exception, a checker failure, a changed node, a numeric mismatch,
+                a crash of the process (an MLIR abort), a hang.
 
 Imports and exports run in-process in worker subprocesses, so that a crash of the MLIR library kills a
-worker, not the test: the orchestrator notices, blames the model that was running, and restarts a worker
-on the rest. Used by ``test_onnx_backend_data.py``; runnable by hand::
+worker, not the test: the orchestrator notices, blames the model that was running (and the stage: a crash
+of onnxruntime on the original model is not ours), and restarts a worker on the rest. Used by
+``test_onnx_backend_data.py``; runnable by hand::
 
     python test/unit/onnx_backend_sweep.py                # sweep everything, print a summary
     python test/unit/onnx_backend_sweep.py -k Conv2d -v   # only matching models, one line each
+    python test/unit/onnx_backend_sweep.py --root DIR     # another data root (e.g. generated node tests)
 """
 
 from __future__ import annotations
@@ -199,6 +211,10 @@ def _run_case(case: dict) -> dict:
     if outs != outs2:
         return dict(status="fail", reason=_line(f"graph outputs changed: {outs} -> {outs2}"))
 
+    bad = _generic_nodes_differ(model, model2)
+    if bad:
+        return dict(status="fail", reason=f"a generic node was not exported exactly: {bad}")
+
     # test data
     try:
         if case["dummy_inputs"]:
@@ -215,19 +231,18 @@ def _run_case(case: dict) -> dict:
     if len(expected) != len(outs):
         return dict(status="ok", ort="not compared", note="test data does not cover every output")
 
-    bad = _generic_nodes_differ(model, model2)
-    if bad:
-        return dict(status="fail", reason=f"a generic node was not exported exactly: {bad}")
-
+    _stage(ORT_ORIGINAL)
     try:
         orig = _ort_run(model, feeds)
     except Exception as e:
         why = f"onnxruntime cannot run the original: {_line(e)}"
         return _compare_with_reference_evaluator(model, model2, feeds, expected, why)
+    _stage("onnxruntime on the export")
     try:
         got = _ort_run(model2, feeds)
     except Exception as e:
         return dict(status="fail", reason=f"onnxruntime cannot run the exported model: {_line(e)}")
+    _stage("comparison")
     bad = _compare(got, expected)
     if not bad:
         return dict(status="ok", ort="compared")
@@ -269,10 +284,11 @@ def _compare_with_reference_evaluator(model, model2, feeds, expected, why: str) 
 
 def _attr_key(a):
     import numpy as np
+    import onnx
     from onnx import helper, numpy_helper
 
     def norm(v):
-        if isinstance(v, onnx_TensorProto()):
+        if isinstance(v, onnx.TensorProto):
             arr = numpy_helper.to_array(v)
             return ("tensor", arr.dtype.str, arr.shape, np.ascontiguousarray(arr).tobytes())
         if isinstance(v, (list, tuple)):
@@ -282,12 +298,6 @@ def _attr_key(a):
     return (a.name, a.type, norm(helper.get_attribute_value(a)))
 
 
-def onnx_TensorProto():
-    import onnx
-
-    return onnx.TensorProto
-
-
 def _node_key(n):
     domain = "" if n.domain in ("", "ai.onnx") else n.domain
     attrs = tuple(sorted(_attr_key(a) for a in n.attribute))
@@ -295,28 +305,52 @@ def _node_key(n):
     return (domain, n.op_type, attrs, tuple(bool(i) for i in n.input), tuple(bool(o) for o in n.output))
 
 
+#: Inputs a `taso` op does not keep when it raises a node (the static result type says them): nodes
+#: computing only these may disappear as dead code.
+_STATIC_INPUTS = {"Reshape": {1}, "Split": {1}}
+
+
+def _needed_nodes(model) -> set[int]:
+    """Indices of the nodes that the graph outputs depend on, not counting _STATIC_INPUTS edges."""
+    producer = {o: i for i, n in enumerate(model.graph.node) for o in n.output if o}
+    need: set[int] = set()
+    todo = [o.name for o in model.graph.output]
+    while todo:
+        i = producer.get(todo.pop())
+        if i is None or i in need:
+            continue
+        need.add(i)
+        n = model.graph.node[i]
+        skip = _STATIC_INPUTS.get(n.op_type, set()) if n.domain in ("", "ai.onnx") else set()
+        todo.extend(x for j, x in enumerate(n.input) if x and j not in skip)
+    return need
+
+
 def _generic_nodes_differ(model, model2) -> Optional[str]:
     """Nodes that convert-onnx-to-taso may raise to `taso` ops (and Constant/Identity) aside, the export
     must hold the original's nodes exactly: op type, domain, attributes with their types and values,
-    input/output arity with omitted optional ones. None if so, else a description."""
+    input/output arity with omitted optional ones. Dead nodes (also those that only compute a raised
+    Reshape's shape or Split's sizes) may be gone. None if so, else a description."""
     from collections import Counter
 
     from taso_mlir.dialect.convert_onnx_to_taso import RAISERS
 
     skip = set(RAISERS) | {"Constant", "Identity"}
 
-    def keys(m):
-        return Counter(_node_key(n) for n in m.graph.node
-                       if not (n.domain in ("", "ai.onnx") and n.op_type in skip))
+    def generic(n):
+        return not (n.domain in ("", "ai.onnx") and n.op_type in skip)
 
-    a, b = keys(model), keys(model2)
-    if a == b:
+    need = _needed_nodes(model)
+    every = Counter(_node_key(n) for n in model.graph.node if generic(n))
+    needed = Counter(_node_key(n) for i, n in enumerate(model.graph.node) if generic(n) and i in need)
+    b = Counter(_node_key(n) for n in model2.graph.node if generic(n))
+    lost, extra = needed - b, b - every
+    if not lost and not extra:
         return None
-    lost, extra = a - b, b - a
 
     def show(k):
         dom, op, attrs, ins, outs = k
-        at = ", ".join(f"{name}({onnx_attr_type_name(t)})" for name, t, _ in attrs)
+        at = ", ".join(f"{name}({_attr_type_name(t)})" for name, t, _ in attrs)
         io = f"{''.join('x' if i else '_' for i in ins)}->{''.join('x' if o else '_' for o in outs)}"
         return f"{dom + '.' if dom else ''}{op}<{at}>[{io}]"
 
@@ -328,23 +362,42 @@ def _generic_nodes_differ(model, model2) -> Optional[str]:
     return _line(" vs ".join(parts))
 
 
-def onnx_attr_type_name(t: int) -> str:
+def _attr_type_name(t: int) -> str:
     import onnx
 
     return onnx.AttributeProto.AttributeType.Name(t)
 
 
-#: Test hook: the worker aborts the process (as an MLIR crash would) when it reaches this model id.
+#: Test hook: ``ID`` or ``ID@STAGE``: the worker aborts the process (as an MLIR or onnxruntime crash
+#: would) when it starts that model, or when that model reaches that stage.
 CRASH_ENV = "TASO_ONNX_SWEEP_CRASH_ON"
+_CURRENT: Optional[str] = None
+
+
+_STAGE_OUT = None
+#: The stage during which a crash of onnxruntime is its own problem with the original model, not ours.
+ORT_ORIGINAL = "onnxruntime on the original"
+
+
+def _stage(name: str) -> None:
+    """Tell the orchestrator what the worker does now (so that a crash is blamed on the right thing)."""
+    if _STAGE_OUT is not None:
+        _STAGE_OUT.write(json.dumps({"stage": name}) + "\n")
+        _STAGE_OUT.flush()
+        if os.environ.get(CRASH_ENV) == f"{_CURRENT}@{name}":
+            os.abort()
 
 
 def _worker(out_path: str, case_ids: list[str]) -> None:
+    global _STAGE_OUT, _CURRENT
     cases = {c["id"]: c for c in discover()[0]}
     crash_on = os.environ.get(CRASH_ENV)
     with open(out_path, "a") as out:
+        _STAGE_OUT = out
         for cid in case_ids:
             out.write(json.dumps({"start": cid}) + "\n")
             out.flush()
+            _CURRENT = cid
             if cid == crash_on:
                 os.abort()
             t0 = time.time()
@@ -366,6 +419,7 @@ class _Worker:
         self.proc: Optional[subprocess.Popen] = None
         self.read = 0
         self.current: Optional[str] = None
+        self.stage = "import/export"
         self.since = 0.0
         self.stderr = os.path.join(tmpdir, f"worker{n}.stderr")
 
@@ -398,8 +452,13 @@ class _Worker:
             why = f"hung (over {MODEL_TIMEOUT:.0f} s)" if hung else f"process crashed ({_rc_text(self.proc.returncode)})"
             tail = _stderr_tail(self.stderr)
             cid = self.current
-            self.results[cid] = dict(id=cid, suite=cid.split("/")[0], status="fail",
-                                     reason=f"{why}{': ' + tail if tail else ''}")
+            if self.stage == ORT_ORIGINAL and not hung:
+                # onnxruntime itself crashes on the original model (the export passed the checker)
+                self.results[cid] = dict(id=cid, suite=cid.split("/")[0], status="ok", ort="not compared",
+                                         note=f"onnxruntime crashes on the original ({_rc_text(self.proc.returncode)})")
+            else:
+                self.results[cid] = dict(id=cid, suite=cid.split("/")[0], status="fail",
+                                         reason=f"{why} during {self.stage}{': ' + tail if tail else ''}")
             self.pending.remove(cid)
             self.current = None
         elif rc not in (None, 0) and self.pending:
@@ -422,6 +481,9 @@ class _Worker:
                 rec = json.loads(line)
                 if "start" in rec:
                     self.current, self.since = rec["start"], time.time()
+                    self.stage = "import/export"
+                elif "stage" in rec:
+                    self.stage = rec["stage"]
                 else:
                     res = rec["done"]
                     self.results[res["id"]] = res
@@ -528,6 +590,60 @@ def summarize(results: list[dict], notes: dict, seconds: Optional[float] = None)
     return lines
 
 
+def generate_node_tests(dest: str) -> int:
+    """Write the ONNX node tests (which the onnx wheel does not ship) as ``dest/node/<test>/`` from
+    ``onnx.backend.test.case.node``, and link the shipped suites beside them; returns the count."""
+    import shutil
+
+    import numpy as np
+    import onnx.backend.test.case.node as node_cases
+    from onnx import TensorProto, numpy_helper
+
+    os.makedirs(dest, exist_ok=True)
+    shipped = os.path.join(os.path.dirname(onnx_package_file()), "backend", "test", "data")
+    for suite in SUITES:
+        src, dst = os.path.join(shipped, suite), os.path.join(dest, suite)
+        if suite != "node" and os.path.isdir(src) and not os.path.exists(dst):
+            os.symlink(src, dst)
+    import warnings
+
+    with warnings.catch_warnings():  # the cases' numpy reference code warns (overflow, divide by zero)
+        warnings.simplefilter("ignore")
+        cases = node_cases.collect_testcases()
+    for case in cases:
+        d = os.path.join(dest, "node", case.name)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        with open(os.path.join(d, "model.onnx"), "wb") as f:
+            f.write(case.model.SerializeToString())
+        for i, (inputs, outputs) in enumerate(case.data_sets):
+            ds = os.path.join(d, f"test_data_set_{i}")
+            os.makedirs(ds)
+            for kind, values, infos in (("input", inputs, case.model.graph.input),
+                                        ("output", outputs, case.model.graph.output)):
+                for j, v in enumerate(values):
+                    t = infos[j].type
+                    if t.HasField("sequence_type"):
+                        pb = numpy_helper.from_list(v, infos[j].name)
+                    elif t.HasField("optional_type"):
+                        pb = numpy_helper.from_optional(v, infos[j].name)
+                    elif t.HasField("map_type"):
+                        pb = numpy_helper.from_dict(v, infos[j].name)
+                    elif isinstance(v, TensorProto):
+                        pb = v
+                    else:
+                        pb = numpy_helper.from_array(np.asarray(v), infos[j].name)
+                    with open(os.path.join(ds, f"{kind}_{j}.pb"), "wb") as f:
+                        f.write(pb.SerializeToString())
+    return len(cases)
+
+
+def onnx_package_file() -> str:
+    import onnx
+
+    return onnx.__file__
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--worker"]:
         _worker(argv[1], argv[2:])
@@ -540,7 +656,14 @@ def main(argv: list[str]) -> int:
     ap.add_argument("-v", action="store_true", help="one line per model")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--root", help=f"data root (default: ${ROOT_ENV} or the onnx package's)")
+    ap.add_argument("--generate-node-tests", metavar="DIR",
+                    help="write the ONNX node tests (not shipped in the wheel) to DIR beside links to the "
+                         "shipped suites, then sweep DIR")
     args = ap.parse_args(argv)
+    if args.generate_node_tests:
+        n = generate_node_tests(args.generate_node_tests)
+        print(f"wrote {n} node tests to {os.path.join(args.generate_node_tests, 'node')}")
+        args.root = args.generate_node_tests
     if args.root:
         os.environ[ROOT_ENV] = os.path.abspath(args.root)
     cases, notes = discover()

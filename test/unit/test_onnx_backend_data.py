@@ -44,8 +44,19 @@ def test_a_crash_is_a_fail_naming_the_model(monkeypatch):
     monkeypatch.setenv(sweep.CRASH_ENV, small[1]["id"])
     results = sweep.sweep(small, jobs=1)
     assert [r["id"] for r in results] == [c["id"] for c in small]
-    assert results[1]["status"] == "fail" and "process crashed (signal SIGABRT)" in results[1]["reason"]
+    assert results[1]["status"] == "fail" and "process crashed (signal SIGABRT) during import/export" in results[1]["reason"]
     assert results[0]["status"] != "fail" and results[2]["status"] != "fail", results
+
+
+def test_a_crash_of_onnxruntime_on_the_original_is_not_blamed_on_us(monkeypatch):
+    cases, _ = sweep.discover()
+    case = next(c for c in cases if c["id"] == "pytorch-operator/test_operator_exp")
+    monkeypatch.setenv(sweep.CRASH_ENV, f"{case['id']}@{sweep.ORT_ORIGINAL}")
+    (r,) = sweep.sweep([case], jobs=1)
+    assert r["status"] == "ok" and "onnxruntime crashes on the original" in r["note"], r
+    monkeypatch.setenv(sweep.CRASH_ENV, f"{case['id']}@onnxruntime on the export")
+    (r,) = sweep.sweep([case], jobs=1)
+    assert r["status"] == "fail" and "during onnxruntime on the export" in r["reason"], r
 
 
 def test_categories_and_summary():
@@ -61,3 +72,29 @@ def test_categories_and_summary():
     assert "1 FAIL" in lines[0]
     assert "  node: not shipped in this onnx package" in lines
     assert "  FAIL light/c: numeric mismatch" in lines
+
+
+def test_the_exactness_check_sees_changed_generic_nodes():
+    """The sweep's structural check: a generic node must come back with its arity ("" inputs and outputs
+    included) and its attributes' types; dead code may go."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    def model(clip_inputs, e_type, dead=False):
+        nodes = [h.make_node("Clip", clip_inputs, ["c"]), h.make_node("Dropout", ["c"], ["d", ""]),
+                 h.make_node("MyOp", ["d"], ["y"], domain="my.dom")]
+        nodes[-1].attribute.append(h.make_attribute("e", [], attr_type=e_type))
+        if dead:
+            nodes.append(h.make_node("Neg", ["X"], ["unused"]))
+        g = h.make_graph(nodes, "g", [h.make_tensor_value_info("X", T.FLOAT, [2])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [2])])
+        return h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("my.dom", 1)])
+
+    A = onnx.AttributeProto
+    ref = model(["X", "", ""], A.FLOATS)
+    assert sweep._generic_nodes_differ(ref, model(["X", "", ""], A.FLOATS)) is None
+    assert sweep._generic_nodes_differ(model(["X", "", ""], A.FLOATS, dead=True), ref) is None
+    assert "Clip<>[x->x]" in sweep._generic_nodes_differ(ref, model(["X"], A.FLOATS))
+    assert "e(INTS)" in sweep._generic_nodes_differ(ref, model(["X", "", ""], A.INTS))
+    assert "Neg" in sweep._generic_nodes_differ(ref, model(["X", "", ""], A.FLOATS, dead=True))
