@@ -58,6 +58,8 @@ def _build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--verify-numerics", action="store_true",
                     help="ONNX in and out: run both models in onnxruntime on random inputs and refuse to write "
                          "an output that differs by more than 1e-5 x the output scale")
+    ap.add_argument("--summary", action="store_true",
+                    help="print a one-line census of the result (taso ops, generic onnx ops, weights) to stderr")
     ap.add_argument("--no-verify-each", action="store_true", help="do not run the verifier after each pass")
     return ap
 
@@ -314,6 +316,8 @@ def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, of
                 pm.enable_verifier(False)
             run_pass_manager(pm, module.operation)
             verify_module(module.operation)
+        if args.summary:
+            sys.stderr.write(f"taso-opt: {_census(module)}\n")
         if out_kind == "onnx":
             from taso_mlir.dialect.onnx_export import export_onnx
 
@@ -333,6 +337,34 @@ def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, of
         raise TasoError(diags.first() or one_line(e)) from None
     finally:
         diags.detach()
+
+
+def _census(module) -> str:
+    """'41 taso ops (conv2d 20, ...), 3 generic onnx ops (Gemm 1, ...), 21 weights (0.1 MB)'."""
+    import collections
+
+    import numpy as np
+
+    taso, generic = collections.Counter(), collections.Counter()
+    weights, nbytes = 0, 0
+    for f in module.body.operations:
+        if f.operation.name != "func.func":
+            continue
+        for op in f.operation.regions[0].blocks[0].operations:
+            name = op.operation.name
+            if name == "taso.weight":
+                weights += 1
+                nbytes += np.array(op.operation.attributes["value"]).nbytes
+            elif name.startswith("taso."):
+                taso[name[5:]] += 1
+            elif name.startswith("onnx.") and name != "onnx.NoValue":
+                generic[name[5:]] += 1
+
+    def fmt(c):
+        return ", ".join(f"{k} {v}" for k, v in c.most_common())
+
+    return (f"{sum(taso.values())} taso ops ({fmt(taso)}); {sum(generic.values())} generic onnx ops "
+            f"({fmt(generic) or 'none'}); {weights} weights ({nbytes / 1e6:.1f} MB)")
 
 
 def _check_unregistered(module, allowed: bool) -> None:

@@ -18,3 +18,7 @@
 // CHECK: "onnx.Softmax"(%[[G]]) {axis = -1 : si64}
 
 // ONNX: ['Conv', 'Relu', 'Reshape', 'Gemm', 'Softmax'] ['w1', 'b1', 'fcw', 'fcb', 'flatten_shape']
+
+// RUN: taso-opt %t.onnx -o %t.sum.onnx --summary --verify-numerics 2>&1 | FileCheck %s --check-prefix=SUMMARY
+// SUMMARY: taso-opt: 3 taso ops (conv2d 1, relu 1, reshape 1); 2 generic onnx ops (Gemm 1, Softmax 1); 4 weights (0.0 MB)
+// SUMMARY: taso-opt: numerics: max |difference| 0 {{.*}}: ok
