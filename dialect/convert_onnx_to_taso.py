@@ -25,7 +25,8 @@ import numpy as np
 
 from .errors import TasoError, one_line
 from .mlir import func, ir
-from .ops import dead_code_elimination, type_shape, create_taso_op, loc_name, named, pyval, shape_of, verify_taso_op
+from .ops import (TASO_ELEMS, dead_code_elimination, type_shape, create_taso_op, int_value, loc_name, named, pyval,
+                  shape_of, str_list, str_value, verify_taso_op)
 from .specs import MAX_ARITY, SpecError, resolve_auto_pad, spec
 from .types import vtensor_to_builtin
 
@@ -263,6 +264,18 @@ def _raisable(n: _Node, opset: int) -> bool:
     return True
 
 
+def _arity_ok(n: _Node, opset: int) -> bool:
+    """Whether the node has as many inputs and outputs as its ONNX schema allows (the raisers read
+    them by position; a malformed node stays generic, and ONNX's checker reports it on export)."""
+    import onnx
+
+    try:
+        sch = onnx.defs.get_schema(n.op_type, opset, "")
+    except Exception:
+        return False
+    return sch.min_input <= len(n.operands) <= sch.max_input and sch.min_output <= len(n.results) <= sch.max_output
+
+
 def _spec_accepts(tname: str, operands, results, attrs) -> bool:
     """Whether ``taso.<tname>`` expresses the node: its spec's constraints hold (e.g. pooling pads
     smaller than the kernel) and all element types agree. A result shape that differs from ONNX's
@@ -279,7 +292,7 @@ def _spec_accepts(tname: str, operands, results, attrs) -> bool:
         return False
     ets = {str(ir.ShapedType(v.type).element_type) for v in operands}
     ets |= {str(ir.ShapedType(t).element_type) for t in results}
-    return len(ets) <= 1
+    return len(ets) <= 1 and ets <= TASO_ELEMS
 
 
 # --------------------------------------------------------------------------------------------
@@ -331,21 +344,35 @@ def _weight_value(attr: ir.Attribute, res: _Resources, where: str) -> ir.Attribu
         ttype = ir.Type.parse(m.group(2))
         shape, elem = parse_tensor_type(ttype)
         dt = numpy_dtype(onnx_dtype_of_mlir(elem))
-        data = res.get(m.group(1))
-        arr = np.frombuffer(data, dtype=dt)
+        try:
+            data = res.get(m.group(1))
+        except TasoError as e:
+            raise TasoError(f"{where}: {e}") from None
+        if shape is None or any(d is None for d in shape):
+            raise TasoError(f"{where}: constant type {ttype} is not statically shaped")
+        arr = np.frombuffer(data, dtype=np.uint8 if elem == "i1" else dt)
         if elem == "i1":
-            arr = np.frombuffer(data, dtype=np.uint8).astype(np.bool_)
+            arr = arr.astype(np.bool_)
+        if arr.size != int(np.prod(shape, dtype=object)):
+            raise TasoError(f"{where}: dense_resource blob '{m.group(1)}' holds {len(data)} bytes, which do not "
+                            f"make a {ttype}")
         return ir.DenseElementsAttr.get(arr.reshape(shape).copy(), type=ttype)
     raise TasoError(f"{where}: unsupported constant value {str(attr)[:80]}")
 
 
 def _scalar_constant(n: _Node) -> Optional[np.ndarray]:
-    for k, dt in (("value_float", np.float32), ("value_int", np.int64)):
+    for k, dt, kinds in (("value_float", np.float32, (int, float)), ("value_int", np.int64, (int,)),
+                         ("value_floats", np.float32, (int, float)), ("value_ints", np.int64, (int,))):
         if k in n.attrs:
-            return np.array(pyval(n.attrs[k]), dtype=dt)
-    for k, dt in (("value_floats", np.float32), ("value_ints", np.int64)):
-        if k in n.attrs:
-            return np.array(pyval(n.attrs[k]), dtype=dt)
+            v = pyval(n.attrs[k])
+            items = v if k.endswith("s") and isinstance(v, (list, tuple)) else [v]
+            if k.endswith("s") != isinstance(v, (list, tuple)) or \
+                    not all(isinstance(x, kinds) and not isinstance(x, bool) for x in items):
+                raise TasoError(f"{n.where()}: attribute '{k}' has the wrong kind: {n.attrs[k]}")
+            try:
+                return np.array(v, dtype=dt)
+            except (ValueError, OverflowError, TypeError) as e:
+                raise TasoError(f"{n.where()}: attribute '{k}': {one_line(e)}") from None
     return None
 
 
@@ -381,7 +408,9 @@ def _node_of(o: ir.Operation, vmap) -> Optional[_Node]:
     name = o.name
     node_name = None
     if name == "torch.operator":
-        full = o.attributes["name"].value
+        if "name" not in o.attributes:
+            raise TasoError(f"{o.location}: torch.operator has no 'name' attribute")
+        full = str_value(o.attributes["name"], f"{o.location}: torch.operator name")
         if not full.startswith("onnx."):
             raise TasoError(f"{o.location}: torch.operator '{full}' is not an ONNX operator")
         op_type = full[len("onnx."):]
@@ -391,31 +420,48 @@ def _node_of(o: ir.Operation, vmap) -> Optional[_Node]:
             if na.name.startswith("torch.onnx."):
                 key = na.name[len("torch.onnx."):]
                 if key == "taso_domain":
-                    domain = na.attr.value
+                    domain = str_value(na.attr, f"{o.location}: attribute '{na.name}'")
                 elif key == "taso_attr_types":  # see onnx_import.ATTR_TYPES_ATTR
+                    str_value(na.attr, f"{o.location}: attribute '{na.name}'")
                     attrs["taso.attr_types"] = na.attr
                 else:
                     attrs[key] = na.attr
+            elif na.name != "name":
+                # the importer prefixes every ONNX attribute; anything else would be dropped silently
+                raise TasoError(f"{o.location}: torch.operator attribute '{na.name}' is not an ONNX attribute "
+                                f"(expected 'torch.onnx.{na.name}')")
     elif name.startswith("onnx."):
         op_type = name[len("onnx."):]
         attrs = {na.name: na.attr for na in named(o.attributes)}
         domain = ""
         if "taso.domain" in attrs:
-            domain = attrs.pop("taso.domain").value
+            domain = str_value(attrs.pop("taso.domain"), f"{o.location}: attribute 'taso.domain'")
+        if "taso.attr_types" in attrs:
+            str_value(attrs["taso.attr_types"], f"{o.location}: attribute 'taso.attr_types'")
         node_name = attrs.pop("onnx_node_name", None)
+        if node_name is not None:
+            node_name = str_value(node_name, f"{o.location}: attribute 'onnx_node_name'")
         if op_type == "Custom" and "function_name" in attrs:
-            op_type = attrs.pop("function_name").value
-            domain = attrs.pop("domain_name").value if "domain_name" in attrs else domain
+            op_type = str_value(attrs.pop("function_name"), f"{o.location}: attribute 'function_name'")
+            domain = str_value(attrs.pop("domain_name"), f"{o.location}: attribute 'domain_name'") \
+                if "domain_name" in attrs else domain
     else:
         return None
     loc = o.location
     if name.startswith("onnx.") and node_name is not None:
-        loc = ir.Location.name(node_name.value, childLoc=o.location)
+        loc = ir.Location.name(node_name, childLoc=o.location)
     if len(o.regions):
         raise TasoError(f"{o.location}: '{op_type}' has regions (subgraphs); control flow is not supported yet")
-    operands = [vmap[v] for v in o.operands]
+    operands = [_mapped(vmap, v, o) for v in o.operands]
     results = [_builtin(r.type, o) for r in o.results]
     return _Node(op_type, domain, operands, results, attrs, loc, o)
+
+
+def _mapped(vmap, v: ir.Value, o: ir.Operation):
+    if v not in vmap:
+        raise TasoError(f"{o.location}: '{o.name}' uses a value that is not defined in the function's body "
+                        f"(by an operation that was not converted)")
+    return vmap[v]
 
 
 def _builtin(t: ir.Type, o) -> ir.Type:
@@ -436,8 +482,11 @@ def read_opsets(attr: ir.Attribute) -> dict[str, int]:
     """``taso.opset_imports`` -> {domain: version}; the default domain is spelled "ai.onnx" in MLIR
     (an empty dictionary key is not representable)."""
     out = {}
-    for na in named(ir.DictAttr(attr)):
-        out["" if na.name == "ai.onnx" else na.name] = pyval(na.attr)
+    d = attr.maybe_downcast() if hasattr(attr, "maybe_downcast") else attr
+    if not isinstance(d, ir.DictAttr):
+        raise TasoError(f"taso.opset_imports must be a dictionary of domain = version, got {attr}")
+    for na in named(d):
+        out["" if na.name == "ai.onnx" else na.name] = int_value(na.attr, f"opset version of '{na.name}'", lo=0)
     return out
 
 
@@ -446,15 +495,23 @@ def _named_from_attrs(attr, count) -> Optional[list]:
     if attr is None:
         return None
     names = []
-    for d in ir.ArrayAttr(attr):
-        d = ir.DictAttr(d)
-        names.append(d["onnx.name"].value if "onnx.name" in d else None)
+    arr = attr.maybe_downcast() if hasattr(attr, "maybe_downcast") else attr
+    if not isinstance(arr, ir.ArrayAttr):
+        return None
+    for d in arr:
+        if not isinstance(d, ir.DictAttr):
+            return None
+        names.append(str_value(d["onnx.name"], "argument/result attribute 'onnx.name'") if "onnx.name" in d else None)
     if not any(names) or (count is not None and len(names) != count):
         return None
     return names
 
 
 def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset: int) -> None:
+    if len(fop.regions[0].blocks) == 0:
+        return  # a declaration: nothing to convert
+    if len(fop.regions[0].blocks) > 1:
+        raise TasoError(f"{fop.location}: a function with more than one block is not an ONNX graph")
     old_block = fop.regions[0].blocks[0]
     fattrs = {na.name: na.attr for na in named(fop.attributes)}
     ctx = fop.context
@@ -465,26 +522,34 @@ def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset:
         opsets = read_opsets(fattrs["taso.opset_imports"])
     else:
         if "torch.onnx_meta.opset_version" in fattrs:
-            opsets[""] = pyval(fattrs["torch.onnx_meta.opset_version"])
+            opsets[""] = int_value(fattrs["torch.onnx_meta.opset_version"], "torch.onnx_meta.opset_version", lo=0)
         if "torch.onnx_meta.opset_versions" in fattrs:
-            for na in named(ir.DictAttr(fattrs["torch.onnx_meta.opset_versions"])):
-                opsets[na.name] = pyval(na.attr)
+            versions = fattrs["torch.onnx_meta.opset_versions"]
+            if not isinstance(versions, ir.DictAttr):
+                raise TasoError(f"torch.onnx_meta.opset_versions must be a dictionary, got {versions}")
+            for na in named(versions):
+                opsets[na.name] = int_value(na.attr, f"opset version of '{na.name}'", lo=0)
         opsets.setdefault("", default_opset)
-    ir_version = pyval(fattrs["taso.ir_version"]) if "taso.ir_version" in fattrs else (
-        pyval(fattrs["torch.onnx_meta.ir_version"]) if "torch.onnx_meta.ir_version" in fattrs else 8)
+    ir_version = int_value(fattrs["taso.ir_version"], "taso.ir_version", lo=0) if "taso.ir_version" in fattrs else (
+        int_value(fattrs["torch.onnx_meta.ir_version"], "torch.onnx_meta.ir_version", lo=0)
+        if "torch.onnx_meta.ir_version" in fattrs else 8)
     in_names = _named_from_attrs(fattrs.get("arg_attrs"), len(old_block.arguments)) or \
         [loc_name(a.location) for a in old_block.arguments]
     if "taso.input_names" in fattrs:
-        in_names = pyval(fattrs["taso.input_names"])
+        in_names = str_list(fattrs["taso.input_names"], "taso.input_names")
+        if len(in_names) != len(old_block.arguments):
+            raise TasoError(f"{fop.location}: taso.input_names has {len(in_names)} names for "
+                            f"{len(old_block.arguments)} function arguments")
     in_names = [n or f"input_{i}" for i, n in enumerate(in_names)]
-    out_names = pyval(fattrs["taso.output_names"]) if "taso.output_names" in fattrs else \
+    out_names = str_list(fattrs["taso.output_names"], "taso.output_names") if "taso.output_names" in fattrs else \
         _named_from_attrs(fattrs.get("res_attrs"), None)
 
     vmap: dict = {}
     arg_types = [_builtin(a.type, fop) for a in old_block.arguments]
     with ir.Location.unknown(ctx):
         ftype = ir.FunctionType.get(arg_types, [])
-        new = func.FuncOp(fop.attributes["sym_name"].value + ".taso_tmp", ftype, ip=ir.InsertionPoint(fop))
+        new = func.FuncOp(str_value(fop.attributes["sym_name"], "function name") + ".taso_tmp", ftype,
+                          ip=ir.InsertionPoint(fop))
         block = new.add_entry_block([a.location for a in old_block.arguments])
     for a, b in zip(old_block.arguments, block.arguments):
         vmap[a] = b
@@ -508,7 +573,11 @@ def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset:
                 vmap[o.results[0]] = _NONE
                 continue
             if name in ("func.return", "onnx.Return"):
-                returned = [vmap[v] for v in o.operands]
+                if returned is not None:
+                    raise TasoError(f"{o.location}: a second '{name}' in the function")
+                if len(o.results):
+                    raise TasoError(f"{o.location}: '{name}' has results")
+                returned = [_mapped(vmap, v, o) for v in o.operands]
                 continue
             n = _node_of(o, vmap)
             if n is None:
@@ -531,6 +600,11 @@ def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset:
             raise TasoError(f"{where}: function has no return")
         if any(v is _NONE for v in returned):
             raise TasoError(f"{where}: a graph output is a missing optional value")
+        declared = ir.FunctionType(ir.TypeAttr(fop.attributes["function_type"]).value).results
+        if len(declared) != len(returned) or any(
+                str(_builtin(t, fop)) != str(v.type) for t, v in zip(declared, returned)):
+            raise TasoError(f"{fop.location}: the function returns ({', '.join(str(v.type) for v in returned)}) "
+                            f"but is declared to return ({', '.join(str(t) for t in declared)})")
         func.ReturnOp(returned, loc=ir.Location.unknown(ctx))
 
     if out_names is None:
@@ -558,6 +632,9 @@ def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, counter,
     o = n.old
     # Constants (the importer's initializers, onnx-mlir's onnx.Constant) -> taso.weight
     if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+        if len(n.results) != 1 or n.operands or len(n.attrs) != 1:
+            raise TasoError(f"{where}: {n.where()}: a Constant has no operands, one result and one value "
+                            f"attribute, got {len(n.operands)}, {len(n.results)} and {sorted(n.attrs)}")
         if "value" in n.attrs:
             value = _weight_value(n.attrs["value"], res, n.where())
         else:
@@ -574,18 +651,25 @@ def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, counter,
         if not wname:
             counter[0] += 1
             wname = f"const_{counter[0]}"
+        if str(value.type) != str(n.results[0]):
+            raise TasoError(f"{where}: {n.where()}: the value's type {value.type} differs from the result type "
+                            f"{n.results[0]}")
         w = create_taso_op("weight", [], [value.type], {}, loc=n.loc,
                            extra={"name": ir.StringAttr.get(wname), "value": value})
         vmap[o.results[0]] = w.results[0]
         return
-    if n.op_type == "Identity" and n.domain in ("", "ai.onnx") and len(n.operands) == 1:
+    if n.op_type == "Identity" and n.domain in ("", "ai.onnx") and len(n.operands) == 1 and len(n.results) == 1 \
+            and n.operands[0] is not _NONE:
+        if str(n.operands[0].type) != str(n.results[0]):
+            raise TasoError(f"{where}: {n.where()}: Identity changes the type {n.operands[0].type} to {n.results[0]}")
         vmap[o.results[0]] = n.operands[0]
         return
     raiser = RAISERS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
-    if raiser is not None and all(v is not _NONE for v in n.operands[:1]) and _raisable(n, opset):
+    if raiser is not None and all(v is not _NONE for v in n.operands[:1]) and _arity_ok(n, opset) \
+            and _raisable(n, opset):
         try:
             r = raiser(n)
-        except (SpecError, ValueError, TypeError):
+        except (SpecError, ValueError, TypeError, IndexError):
             r = None
         if r is not None:
             tname, operands, attrs = r

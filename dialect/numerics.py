@@ -30,12 +30,19 @@ _ORT_TYPES = {
 
 
 def random_feeds(session, rng: np.random.Generator) -> dict:
+    from .ops import _max_materialize_bytes
+
     feeds = {}
+    total = 0
     for i in session.get_inputs():
         dt = _ORT_TYPES.get(i.type)
         if dt is None:
             raise TasoError(f"cannot make a random input for '{i.name}' of type {i.type}")
         shape = [d if isinstance(d, int) else 1 for d in i.shape]
+        total += int(np.prod(shape, dtype=object)) * 8  # (drawn in float64 / int64, then cast)
+        if total > _max_materialize_bytes() // 4:
+            raise TasoError(f"random inputs for the model (input '{i.name}' of shape {shape}) would take "
+                            f"{total / 2**30:.3g} GiB, too much to run it on this machine")
         if np.issubdtype(dt, np.floating):
             feeds[i.name] = rng.standard_normal(shape).astype(dt)
         elif dt == np.bool_:

@@ -19,7 +19,8 @@ from onnx import helper, numpy_helper
 
 from .errors import TasoError, one_line
 from .mlir import ir
-from .ops import loc_name, named, pyval, taso_attrs, type_shape
+from .ops import (_max_materialize_bytes, dense_array, int_value, loc_name, named, pyval, str_list, str_value,
+                  taso_attrs, type_shape)
 from .convert_onnx_to_taso import read_opsets
 from .specs import SpecError, spec
 from .types import onnx_dtype_of_mlir, parse_tensor_type
@@ -30,13 +31,17 @@ _TWO_GB = 2**31 - 1
 class _Names:
     def __init__(self):
         self.used: set[str] = set()
+        # the last suffix handed out per hint: the names are the same as counting from 1 each time (``used``
+        # only grows), without the quadratic time that took minutes for 50,000 nodes named alike
+        self._next: dict[str, int] = {}
 
     def fresh(self, hint: str) -> str:
         hint = hint or "t"
-        name, i = hint, 0
+        name, i = hint, self._next.get(hint, 0)
         while name in self.used:
             i += 1
             name = f"{hint}_{i}"
+        self._next[hint] = i
         self.used.add(name)
         return name
 
@@ -76,17 +81,18 @@ class _Exporter:
         if "taso.opset_imports" in fattrs:
             self.opsets = read_opsets(fattrs["taso.opset_imports"])
         self.opset = self.opsets.get("", 17)
-        self.ir_version = pyval(fattrs["taso.ir_version"]) if "taso.ir_version" in fattrs else 8
+        self.ir_version = int_value(fattrs["taso.ir_version"], "taso.ir_version", lo=0) \
+            if "taso.ir_version" in fattrs else 8
         block = fop.regions[0].blocks[0]
         n_in = len(block.arguments)
-        self.in_names = pyval(fattrs["taso.input_names"]) if "taso.input_names" in fattrs else [
+        self.in_names = str_list(fattrs["taso.input_names"], "taso.input_names") if "taso.input_names" in fattrs else [
             loc_name(a.location) or f"input_{i}" for i, a in enumerate(block.arguments)]
         if len(self.in_names) != n_in:
             raise TasoError("taso.input_names does not match the function's arguments")
         ret = block.operations[len(block.operations) - 1]
         self.returned = list(ret.operation.operands)
-        self.out_names = pyval(fattrs["taso.output_names"]) if "taso.output_names" in fattrs else [
-            f"output_{i}" for i in range(len(self.returned))]
+        self.out_names = str_list(fattrs["taso.output_names"], "taso.output_names") \
+            if "taso.output_names" in fattrs else [f"output_{i}" for i in range(len(self.returned))]
         if len(self.out_names) != len(self.returned):
             raise TasoError("taso.output_names does not match the function's results")
         self.names = _Names()
@@ -111,12 +117,18 @@ class _Exporter:
 
     def fold_constant(self, op: ir.Operation, name: str) -> None:
         if op.name == "taso.weight":
-            arr = np.array(op.attributes["value"])
+            arr = dense_array(op.attributes["value"], f"{op.location}: weight value")
             shape, elem = parse_tensor_type(op.results[0].type)
             if arr.shape != tuple(shape):  # splat
                 arr = np.broadcast_to(arr, shape)
         else:
             shape = type_shape(op.results[0].type)
+            _, elem = parse_tensor_type(op.results[0].type)
+            _np_dtype(elem)  # a type numpy can hold, before computing the constant
+            nbytes = int(np.prod(shape, dtype=object)) * 8
+            if nbytes > _max_materialize_bytes():
+                raise TasoError(f"{op.location}: '{op.name}' of type {op.results[0].type} is too large to write out "
+                                f"({nbytes / 2**30:.3g} GiB)")
             arr = spec(op.name).ref([], {}, [shape])[0]
             _, elem = parse_tensor_type(op.results[0].type)
             arr = arr.astype(_np_dtype(elem))
@@ -158,7 +170,7 @@ class _Exporter:
                 else:
                     hint = loc_name(o.location) or "t"
                     if o.name == "taso.weight":
-                        hint = o.attributes["name"].value or hint
+                        hint = str_value(o.attributes["name"], f"{o.location}: weight name") or hint
                     if len(o.results) > 1:
                         hint = f"{hint}_{r.result_number}" if hasattr(r, "result_number") else hint
                     nm = self.names.fresh(hint)
@@ -195,7 +207,7 @@ class _Exporter:
         if self.ir_version < 4:
             # before IR version 4 every initializer must also be listed as a graph input
             inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in self.initializers]
-        gname = self.fop.attributes["sym_name"].value
+        gname = str_value(self.fop.attributes["sym_name"], "function name")
         # what helper.make_graph and make_model do, in place
         model = self.model
         graph = model.graph
@@ -214,11 +226,11 @@ class _Exporter:
         attrs = {na.name: na.attr for na in named(o.attributes)}
         domain = ""
         if "taso.domain" in attrs:
-            domain = attrs.pop("taso.domain").value
+            domain = str_value(attrs.pop("taso.domain"), f"{o.location}: attribute 'taso.domain'")
         # types of empty list attributes, recorded by the importer where no schema says them
         hints = {}
         if "taso.attr_types" in attrs:
-            for item in attrs.pop("taso.attr_types").value.split(","):
+            for item in str_value(attrs.pop("taso.attr_types"), f"{o.location}: attribute 'taso.attr_types'").split(","):
                 k, _, t = item.partition(":")
                 if k and t in _A.AttributeType.keys():
                     hints[k] = _A.AttributeType.Value(t)
@@ -270,28 +282,33 @@ def _onnx_attr(name: str, a: ir.Attribute, schema, o, hint=None) -> onnx.Attribu
     want = hint
     if schema is not None and name in schema.attributes:
         want = schema.attributes[name].type
-    if isinstance(a, ir.DenseElementsAttr):
-        arr = np.array(a)
-        shape, elem = parse_tensor_type(a.type)
-        if arr.shape != tuple(shape):
-            arr = np.broadcast_to(arr, shape)
-        return helper.make_attribute(name, numpy_helper.from_array(np.ascontiguousarray(arr).reshape(arr.shape)))
-    v = pyval(a)
-    if want == _A.FLOAT:
-        return helper.make_attribute(name, float(v), attr_type=_A.FLOAT)
-    if want == _A.INT:
-        return helper.make_attribute(name, int(v), attr_type=_A.INT)
-    if want == _A.FLOATS:
-        return helper.make_attribute(name, [float(x) for x in v], attr_type=_A.FLOATS)
-    if want == _A.INTS:
-        return helper.make_attribute(name, [int(x) for x in v], attr_type=_A.INTS)
-    if want == _A.STRINGS:
-        return helper.make_attribute(name, list(v), attr_type=_A.STRINGS)
-    if isinstance(v, (list, tuple)) and not v:
-        return helper.make_attribute(name, [], attr_type=_A.INTS)
     try:
+        if isinstance(a, ir.DenseElementsAttr):
+            arr = dense_array(a, f"attribute '{name}'")
+            shape, elem = parse_tensor_type(a.type)
+            if arr.shape != tuple(shape):
+                arr = np.broadcast_to(arr, shape)
+            return helper.make_attribute(name, numpy_helper.from_array(np.ascontiguousarray(arr).reshape(arr.shape)))
+        v = pyval(a)
+        kinds = {_A.FLOAT: (int, float), _A.FLOATS: (int, float), _A.INT: (int,), _A.INTS: (int,), _A.STRINGS: (str,)}
+        if want in (_A.FLOAT, _A.INT) and not isinstance(v, kinds[want]) or \
+                want in (_A.FLOATS, _A.INTS, _A.STRINGS) and not (isinstance(v, (list, tuple)) and all(
+                    isinstance(x, kinds[want]) for x in v)):
+            raise TasoError(f"the operator's schema wants {_A.AttributeType.Name(want)}, got {a}")
+        if want == _A.FLOAT:
+            return helper.make_attribute(name, float(v), attr_type=_A.FLOAT)
+        if want == _A.INT:
+            return helper.make_attribute(name, int(v), attr_type=_A.INT)
+        if want == _A.FLOATS:
+            return helper.make_attribute(name, [float(x) for x in v], attr_type=_A.FLOATS)
+        if want == _A.INTS:
+            return helper.make_attribute(name, [int(x) for x in v], attr_type=_A.INTS)
+        if want == _A.STRINGS:
+            return helper.make_attribute(name, list(v), attr_type=_A.STRINGS)
+        if isinstance(v, (list, tuple)) and not v:
+            return helper.make_attribute(name, [], attr_type=_A.INTS)
         return helper.make_attribute(name, v)
-    except Exception as e:
+    except Exception as e:  # TasoError, or a value the attribute kind cannot hold (ints out of int64, ...)
         raise TasoError(f"{o.location}: cannot export attribute '{name}' of '{o.name}': {one_line(e)}") from None
 
 
@@ -300,10 +317,102 @@ def export_onnx(module: ir.Module) -> onnx.ModelProto:
     funcs = [op.operation for op in module.body.operations if op.operation.name == "func.func"]
     if len(funcs) != 1:
         raise TasoError(f"ONNX export needs exactly one function in the module, found {len(funcs)}")
+    _check_graph_form(module, funcs[0])
     with module.context:
         model = _Exporter(funcs[0]).run()
         _add_functions(module, model)
+        check_exported(model)
         return model
+
+
+_CONVERT_FIRST = "; convert it with --convert-onnx-to-taso first"
+
+
+def _check_graph_form(module: ir.Module, fop: ir.Operation) -> None:
+    """What the exporter would otherwise drop or misread: operations outside the function, a function
+    without exactly one block ending in func.return, ops with regions, values that are not tensors,
+    and the unconverted importer / onnx-mlir forms (whose metadata and ops would be written verbatim)."""
+    for op in module.body.operations:
+        o = op.operation
+        if o.name != "func.func":
+            hint = " (onnx-mlir's form" + _CONVERT_FIRST + ")" if o.name == "onnx.EntryPoint" else ""
+            raise TasoError(f"{o.location}: operation '{o.name}' outside the graph function cannot be exported "
+                            f"to ONNX{hint}")
+    if len(fop.regions[0].blocks) != 1:
+        what = "is a declaration without a body" if len(fop.regions[0].blocks) == 0 else "has more than one block"
+        raise TasoError(f"{fop.location}: the graph function {what}")
+    fattrs = {na.name for na in named(fop.attributes)}
+    if any(k.startswith("torch.onnx_meta.") for k in fattrs) and "taso.output_names" not in fattrs:
+        raise TasoError(f"{fop.location}: the function is in the ONNX importer's form{_CONVERT_FIRST}")
+    if ("arg_attrs" in fattrs or "res_attrs" in fattrs) and "taso.output_names" not in fattrs and \
+            "onnx.name" in str(fop.attributes["arg_attrs" if "arg_attrs" in fattrs else "res_attrs"]):
+        raise TasoError(f"{fop.location}: the function names its inputs/outputs with onnx-mlir's onnx.name "
+                        f"attributes{_CONVERT_FIRST}")
+    block = fop.regions[0].blocks[0]
+    ops = list(block.operations)
+    if not ops or ops[-1].operation.name != "func.return":
+        last = ops[-1].operation if ops else fop
+        hint = " (onnx-mlir's form" + _CONVERT_FIRST + ")" if ops and last.name == "onnx.Return" else ""
+        raise TasoError(f"{last.location}: the graph function must end with func.return{hint}")
+    for a in block.arguments:
+        _check_value_type(a.type, fop.location, "a function argument")
+    for op in ops:
+        o = op.operation
+        if o.name.startswith("torch."):
+            raise TasoError(f"{o.location}: '{o.name}' is the ONNX importer's form{_CONVERT_FIRST}")
+        if o.name in ("onnx.Return", "onnx.EntryPoint") or "onnx_node_name" in o.attributes:
+            raise TasoError(f"{o.location}: '{o.name}' is in onnx-mlir's form{_CONVERT_FIRST}")
+        if len(o.regions):
+            raise TasoError(f"{o.location}: '{o.name}' has regions (subgraphs), which cannot be exported to ONNX")
+        for r in o.results:
+            if str(r.type) != "none":
+                _check_value_type(r.type, o.location, f"a result of '{o.name}'")
+
+
+def _check_value_type(t: ir.Type, loc, what: str) -> None:
+    if str(t).startswith("!torch."):
+        raise TasoError(f"{loc}: {what} has type {t}, the ONNX importer's form{_CONVERT_FIRST}")
+    try:
+        onnx_dtype_of_mlir(parse_tensor_type(t)[1])
+    except TasoError as e:
+        raise TasoError(f"{loc}: {what} has type {t}, which ONNX cannot hold ({e})") from None
+
+
+def check_exported(model: onnx.ModelProto) -> None:
+    """``onnx.checker`` on the exported model, so that what MLIR accepted but ONNX does not (an
+    operator's attribute of the wrong kind, a node with too few inputs, ...) is an error rather than
+    an invalid file. Checked on a copy whose initializers are scalars of their element type (their
+    data was written from typed MLIR attributes, and without shape inference the checker reads an
+    initializer's shape only to size its data), so weights are never copied for it."""
+    head = onnx.ModelProto()
+    _copy_fields(model, head, skip="graph")
+    _copy_fields(model.graph, head.graph, skip="initializer")
+    for t in model.graph.initializer:
+        stub = head.graph.initializer.add()
+        try:
+            itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+        except Exception:
+            stub.CopyFrom(t)
+            continue
+        stub.name, stub.data_type = t.name, t.data_type
+        stub.raw_data = b"\0" * itemsize
+    try:
+        onnx.checker.check_model(head)
+    except Exception as e:
+        raise TasoError(f"the exported ONNX model would not be valid: {one_line(e)}") from None
+    # the types MLIR gave generic ops must be what ONNX infers (as on import: large weights become typed
+    # graph inputs, small integer ones keep their values)
+    del head.graph.initializer[:]
+    have = {i.name for i in head.graph.input}
+    for t in model.graph.initializer:
+        if t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and int(np.prod(t.dims)) <= 4096:
+            head.graph.initializer.append(t)
+        elif t.name not in have:
+            head.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    try:
+        onnx.shape_inference.infer_shapes(head, check_type=True, strict_mode=True)
+    except Exception as e:
+        raise TasoError(f"the exported ONNX model would not be valid: {one_line(e)}") from None
 
 
 def _add_functions(module: ir.Module, model: onnx.ModelProto) -> None:
@@ -315,27 +424,58 @@ def _add_functions(module: ir.Module, model: onnx.ModelProto) -> None:
     attrs = module.operation.attributes
     if FUNCTIONS_ATTR not in attrs:
         return
-    for a in ir.ArrayAttr(attrs[FUNCTIONS_ATTR]):
+    fns = attrs[FUNCTIONS_ATTR]
+    if not isinstance(fns, ir.ArrayAttr):
+        raise TasoError(f"module attribute '{FUNCTIONS_ATTR}' is not a list of ONNX functions ({fns})")
+    for a in fns:
         f = onnx.FunctionProto()
         try:
-            f.ParseFromString(base64.b64decode(ir.StringAttr(a).value))
+            f.ParseFromString(base64.b64decode(str_value(a, "an ONNX function"), validate=True))
         except Exception as e:
             raise TasoError(f"module attribute '{FUNCTIONS_ATTR}' is not a list of ONNX functions ({one_line(e)})") from None
         model.functions.append(f)
+
+
+def output_target(path: str) -> tuple[str, bool]:
+    """Where an output named ``path`` goes: (the file to replace, False), or (path, True) for an
+    existing device or pipe (``-o /dev/null``), which is written in place: renaming a file over it
+    would replace the device node itself. A symbolic link is followed (its target is replaced)."""
+    if os.path.lexists(path):
+        real = os.path.realpath(path)
+        if os.path.exists(real) and not os.path.isfile(real) and not os.path.isdir(real):
+            return real, True
+        return real, False  # (a directory: the final rename fails, with a clear message)
+    return path, False
+
+
+def write_direct(path: str, write) -> None:
+    """``write(f)`` into an existing device or pipe."""
+    try:
+        with open(path, "wb") as f:
+            write(f)
+    except OSError as e:
+        raise TasoError(f"{path}: cannot write ({e.strerror})") from None
 
 
 def save_onnx(model: onnx.ModelProto, path: str) -> None:
     """Write atomically: into a temporary folder beside ``path``, then rename into place. Models of
     2 GB or more keep their weights in ONNX external data, ``<file>.data`` beside the model (renamed
     into place first, so the model never points at missing data)."""
+    given = path
+    path, direct = output_target(path)
+    if direct:
+        if not _fits(model):
+            raise TasoError(f"{given}: a model of 2 GB or more needs external data, which cannot go to a device")
+        write_direct(path, lambda f: _write_model(model, f))
+        return
     d = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(d):
-        raise TasoError(f"{path}: directory does not exist")
+        raise TasoError(f"{given}: directory does not exist")
     big = not _fits(model)
     try:
         tmpdir = tempfile.mkdtemp(prefix=".taso-", dir=d)
     except OSError as e:
-        raise TasoError(f"{path}: cannot write ({e.strerror})") from None
+        raise TasoError(f"{given}: cannot write ({e.strerror})") from None
     base = os.path.basename(path)
     tmp = os.path.join(tmpdir, base)
     try:
@@ -349,7 +489,7 @@ def save_onnx(model: onnx.ModelProto, path: str) -> None:
                 _write_model(model, f)
         os.replace(tmp, path)
     except Exception as e:
-        raise TasoError(f"{path}: cannot write ONNX output ({one_line(e)})") from None
+        raise TasoError(f"{given}: cannot write ONNX output ({one_line(e)})") from None
     finally:
         import shutil
 

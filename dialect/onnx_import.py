@@ -98,7 +98,13 @@ def _to_numpy(t: onnx.TensorProto, what: Optional[str] = None, where: str = "") 
                         f"which is not supported for weight data") from None
     if t.data_location == onnx.TensorProto.EXTERNAL:
         raise TasoError(f"{where + ': ' if where else ''}{what}: external data was not loaded")
-    return numpy_helper.to_array(t)
+    if any(d < 0 for d in t.dims):
+        raise TasoError(f"{where + ': ' if where else ''}{what} has a negative dimension {list(t.dims)}")
+    try:
+        return numpy_helper.to_array(t)
+    except (ValueError, TypeError, MemoryError) as e:  # data that does not make the declared shape, ...
+        raise TasoError(f"{where + ': ' if where else ''}{what} of shape {list(t.dims)}: its data does not "
+                        f"match its shape and type ({one_line(e)})") from None
 
 
 _A = onnx.AttributeProto
@@ -201,8 +207,18 @@ def import_onnx(
     With ``convert`` (the default) the result is in the `taso` dialect; otherwise it is the
     upstream importer's ``torch.operator "onnx.*"`` form with inline weights.
     """
+    bad = _first_non_utf8(model)
+    if bad:
+        raise TasoError(f"{where}: {bad} is not UTF-8 text (a protobuf string must be)")
     check_model(model, where)
     g = model.graph
+    if len(g.output) == 0:
+        raise TasoError(f"{where}: the graph has no outputs (it computes nothing)")
+    # parts of a model that would otherwise be dropped without a word
+    if len(model.training_info):
+        raise TasoError(f"{where}: training information (ModelProto.training_info) is not supported")
+    if len(g.quantization_annotation):
+        raise TasoError(f"{where}: quantization annotations (GraphProto.quantization_annotation) are not supported")
     for node, a in _walk_subgraph_attrs(g):
         raise TasoError(
             f"{where}: node '{node.name or node.output[0]}' ({node.op_type}) has a subgraph attribute "
@@ -251,6 +267,8 @@ def import_onnx(
                     f"{where}: graph input '{vi.name}' has a dynamic dimension {i}{sym}; dynamic shapes are "
                     f"not supported: give a static shape with --input-shape {vi.name}=<d0>x<d1>x..."
                 )
+            if d.dim_value < 0:
+                raise TasoError(f"{where}: graph input '{vi.name}' has a negative dimension {i} ({d.dim_value})")
     for name, arr in weights.items():
         if np.issubdtype(arr.dtype, np.integer) and arr.size <= _SMALL:
             sg.initializer.append(numpy_helper.from_array(arr, name))
@@ -274,7 +292,7 @@ def import_onnx(
     custom_outs = {o for n in g.node if n.domain not in ("", "ai.onnx") for o in n.output}
     sg.value_info.extend(vi for vi in g.value_info if vi.name in custom_outs and vi.name not in weights)
     try:
-        sk = onnx.shape_inference.infer_shapes(sk, check_type=True, strict_mode=True, data_prop=True)
+        sk = onnx.shape_inference.infer_shapes(sk, check_type=True, strict_mode=True, data_prop=_data_prop_safe(sk))
     except Exception as e:
         raise TasoError(f"{where}: ONNX shape inference failed: {one_line(e)}") from None
     sk = _refine_shapes(sk)
@@ -387,6 +405,8 @@ def _refine_shapes(sk: onnx.ModelProto) -> onnx.ModelProto:
                 ins = [i for i in n.input if i]
                 if any(i not in values for i in ins):
                     continue
+                if _result_size_bound(n, values) > _SMALL:
+                    continue  # (ConstantOfShape [100000, 100000] would fill memory before the size check)
                 try:
                     fn = onnx.helper.make_function("taso.refine", "f", list(dict.fromkeys(ins)), [out], [n], opsets)
                     arr = np.asarray(ReferenceEvaluator(fn).run(None, {i: values[i] for i in ins}, attributes={})[0])
@@ -405,7 +425,8 @@ def _refine_shapes(sk: onnx.ModelProto) -> onnx.ModelProto:
         del tmp.graph.value_info[:]
         tmp.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in folded.items())
         try:
-            tmp = onnx.shape_inference.infer_shapes(tmp, check_type=True, strict_mode=True, data_prop=True)
+            tmp = onnx.shape_inference.infer_shapes(tmp, check_type=True, strict_mode=True,
+                                                    data_prop=_data_prop_safe(tmp))
         except Exception:
             break
         types.update({vi.name: vi for vi in tmp.graph.value_info})
@@ -428,6 +449,61 @@ def _refine_shapes(sk: onnx.ModelProto) -> onnx.ModelProto:
         return onnx.shape_inference.infer_shapes(out_model, check_type=True, strict_mode=True, data_prop=False)
     except Exception:
         return sk
+
+
+#: A 1-D tensor with more elements than this turns ONNX's data propagation off: it materializes a 1-D
+#: value's dimensions as if the value were a shape (memory grows with the size: an Add of two
+#: [2**31] tensors exhausts the machine's memory and the process is killed).
+_DATA_PROP_MAX = 1 << 16
+
+
+def _data_prop_safe(m: onnx.ModelProto) -> bool:
+    """Whether shape inference with data propagation is safe for ``m`` (no large 1-D tensor)."""
+    try:
+        inf = onnx.shape_inference.infer_shapes(m, data_prop=False)
+    except Exception:
+        return True  # the caller's inference reports the error
+    for vi in list(inf.graph.input) + list(inf.graph.value_info) + list(inf.graph.output):
+        dims = _static_dims(vi)
+        if dims is not None and len(dims) == 1 and dims[0] > _DATA_PROP_MAX:
+            return False
+    return not any(len(t.dims) == 1 and t.dims[0] > _DATA_PROP_MAX for t in inf.graph.initializer)
+
+
+def _result_size_bound(n: onnx.NodeProto, values: dict) -> float:
+    """Elements of the result of a node that makes data out of a shape (ConstantOfShape, Expand,
+    Tile, Range), computed before evaluating it; 0 for other nodes (their inputs are all small)."""
+    try:
+        v = [values[i] if i else None for i in n.input]
+        if n.op_type == "ConstantOfShape":
+            return float(np.prod(v[0].astype(np.float64)))
+        if n.op_type == "Expand":
+            return float(np.prod(np.broadcast_shapes(v[0].shape, tuple(int(d) for d in v[1])), dtype=np.float64))
+        if n.op_type == "Tile":
+            return float(np.prod(np.array(v[0].shape, np.float64) * v[1].astype(np.float64)))
+        if n.op_type == "Range":
+            start, limit, delta = (float(np.asarray(x).reshape(-1)[0]) for x in v[:3])
+            return float(np.ceil((limit - start) / delta)) if delta else float("inf")
+    except Exception:
+        return float("inf")
+    return 0.0
+
+
+def _first_non_utf8(msg, path: str = "model") -> Optional[str]:
+    """The first string field whose bytes are not UTF-8 (protobuf's parser hands those to Python as
+    bytes, which the importer cannot use), as a path like ``model.graph.node[3].name``; else None."""
+    for fd, v in msg.ListFields():
+        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED
+        if fd.type == fd.TYPE_STRING and fd.name != "doc_string":  # (documentation is not read)
+            for i, x in enumerate(v if repeated else [v]):
+                if isinstance(x, bytes):
+                    return f"{path}.{fd.name}" + (f"[{i}]" if repeated else "") + f" ({x!r})"
+        elif fd.type == fd.TYPE_MESSAGE:
+            for i, x in enumerate(v if repeated else [v]):
+                found = _first_non_utf8(x, f"{path}.{fd.name}" + (f"[{i}]" if repeated else ""))
+                if found:
+                    return found
+    return None
 
 
 def _with_overrides(real_inputs, overrides) -> list:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Optional, Sequence
 
@@ -16,9 +17,8 @@ _LOC_NAME = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"(?:\)|\()')
 
 def loc_name(loc: ir.Location) -> Optional[str]:
     """The name of a ``loc("name")`` location (possibly wrapping another), else None."""
-    name = getattr(loc, "name_str", None)  # a NameLoc (locations arrive downcast)
-    if isinstance(name, str):
-        return name
+    # (not NameLoc.name_str: on a name that is not UTF-8 it aborts the whole process; the printed
+    # location escapes such bytes)
     m = _LOC_NAME.match(str(loc))
     return _unescape_mlir_string(m.group(1)) if m else None
 
@@ -38,9 +38,110 @@ def _unescape_mlir_string(text: str) -> str:
     return out.decode("utf-8", errors="replace")
 
 
+_STR_LITERAL = re.compile(rb'"((?:[^"\\]|\\.)*)"')
+_COMPLEX_DENSE = re.compile(rb'dense(?:<[^<>]*>|_resource<__elided__>)\s*:\s*(?:tensor|vector)<[^<>]*complex<')
+_ESCAPE_BYTES = re.compile(rb"\\(\\|[0-9A-Fa-f]{2})")
+
+
+def check_readable(module_op: ir.Operation, where: str) -> None:
+    """Reject a parsed module that the Python bindings cannot walk without aborting the process:
+    strings (op names, attribute names, string attributes, symbol names) that are not UTF-8 make
+    ``Operation.name`` / ``NamedAttribute.name`` throw across C++ frames, and a complex-valued dense
+    attribute aborts as soon as the attribute is enumerated. Checked on the printed generic form,
+    which escapes every such byte, before anything in Python touches the operations."""
+    text = module_op.get_asm(binary=True, large_elements_limit=16, large_resource_limit=16,
+                             print_generic_op_form=True, assume_verified=True)
+    m = _COMPLEX_DENSE.search(text)
+    if m:
+        raise TasoError(f"{where}: complex-valued dense attributes are not supported "
+                        f"('{m.group().decode('ascii', 'replace')[:100]}...')")
+    for m in _STR_LITERAL.finditer(text):
+        body = m.group(1)
+        if b"\\" not in body and body.isascii():
+            continue
+        raw = _ESCAPE_BYTES.sub(lambda e: b"\\" if e.group(1) == b"\\" else bytes([int(e.group(1), 16)]), body)
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TasoError(f"{where}: the string \"{body.decode('ascii', 'replace')[:80]}\" (an op, attribute or "
+                            f"symbol name or a string attribute) is not UTF-8 text, which is not supported") from None
+
+
 def named(attrs) -> list:
     """The NamedAttributes of an op's attribute map or of a DictAttr (iteration yields only names)."""
     return [attrs[i] for i in range(len(attrs))]
+
+
+def str_value(attr: ir.Attribute, what: str = "a string attribute") -> str:
+    """A StringAttr's text. Raises TasoError (never the bindings' RuntimeError, never an abort) when
+    the attribute is not a string or its bytes are not UTF-8."""
+    if not isinstance(attr, ir.StringAttr):
+        down = attr.maybe_downcast() if hasattr(attr, "maybe_downcast") else attr
+        if not isinstance(down, ir.StringAttr):
+            raise TasoError(f"{what} must be a string, got {attr}")
+        attr = down
+    try:
+        return bytes(attr.value_bytes).decode("utf-8")
+    except UnicodeDecodeError:
+        raise TasoError(f"{what} {attr} is not UTF-8 text") from None
+
+
+def _downcast(attr: ir.Attribute) -> ir.Attribute:
+    return attr.maybe_downcast() if hasattr(attr, "maybe_downcast") else attr
+
+
+def int_value(attr: ir.Attribute, what: str, lo: int = -(1 << 63), hi: int = (1 << 63) - 1) -> int:
+    """An IntegerAttr's value in [lo, hi], else a TasoError (a wide integer's ``.value`` raises
+    std::bad_cast in the bindings)."""
+    a = _downcast(attr)
+    if not isinstance(a, ir.IntegerAttr) or isinstance(a, ir.BoolAttr):
+        raise TasoError(f"{what} must be an integer, got {attr}")
+    try:
+        v = int(a.value)
+    except Exception:
+        raise TasoError(f"{what} {attr} is out of range") from None
+    if not lo <= v <= hi:
+        raise TasoError(f"{what} {attr} is out of range [{lo}, {hi}]")
+    return v
+
+
+def str_list(attr: ir.Attribute, what: str) -> list[str]:
+    """An ArrayAttr of strings as a list of str, else a TasoError."""
+    a = _downcast(attr)
+    if not isinstance(a, ir.ArrayAttr):
+        raise TasoError(f"{what} must be an array of strings, got {attr}")
+    return [str_value(x, f"an element of {what}") for x in a]
+
+
+#: Element types whose dense attributes numpy reads back. ``np.array`` of any other raises (bf16,
+#: f8, i4) or aborts the whole process (complex).
+NUMPY_ELEMS = frozenset({"f16", "f32", "f64", "i1"} | {f"{s}i{w}" for s in ("", "s", "u") for w in (8, 16, 32, 64)})
+
+
+def _max_materialize_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError, AttributeError):
+        return 1 << 34
+
+
+def dense_array(attr: ir.Attribute, what: str = "dense attribute") -> np.ndarray:
+    """``np.array`` of a DenseElementsAttr, checked first: an element type numpy cannot hold, or a
+    splat that would expand to more than half the machine's memory, is a TasoError."""
+    st = ir.ShapedType(attr.type)
+    elem = str(st.element_type)
+    if elem not in NUMPY_ELEMS:
+        raise TasoError(f"{what} of type {attr.type}: element type {elem} is not supported")
+    if attr.is_splat:
+        nbytes = max(1, int(re.search(r"\d+", elem).group()) // 8)
+        for d in st.shape:
+            nbytes *= d
+        if nbytes > _max_materialize_bytes():
+            raise TasoError(f"{what} of type {attr.type} is too large ({nbytes / 2**30:.3g} GiB)")
+    try:
+        return np.array(attr)
+    except (TypeError, ValueError, MemoryError) as e:
+        raise TasoError(f"{what} of type {attr.type} cannot be read ({type(e).__name__}: {e})") from None
 
 
 def pyval(attr: ir.Attribute) -> Any:
@@ -52,13 +153,13 @@ def pyval(attr: ir.Attribute) -> Any:
     if isinstance(attr, ir.FloatAttr):
         return float(attr.value)
     if isinstance(attr, ir.StringAttr):
-        return attr.value
+        return str_value(attr)
     if isinstance(attr, ir.DenseI64ArrayAttr) or isinstance(attr, ir.DenseI32ArrayAttr):
         return tuple(int(x) for x in attr)
     if isinstance(attr, ir.ArrayAttr):
         return [pyval(a) for a in attr]
     if isinstance(attr, ir.DenseElementsAttr):
-        return np.array(attr)
+        return dense_array(attr)
     if isinstance(attr, ir.UnitAttr):
         return True
     # try a downcast (attributes from some accessors arrive as plain ir.Attribute)
@@ -141,8 +242,15 @@ def taso_attrs(op: ir.Operation) -> dict:
         if na.name == "value" and s.value_attr:
             out["value"] = na.attr
             continue
-        out[na.name] = pyval(na.attr)
+        try:
+            out[na.name] = pyval(na.attr)
+        except TasoError as e:
+            raise SpecError(f"attribute '{na.name}': {e}") from None
     return out
+
+
+#: Element types `taso` ops compute on: ONNX's real number and boolean tensor types.
+TASO_ELEMS = frozenset({"f16", "bf16", "f32", "f64", "i1"} | {f"{s}i{w}" for s in ("", "s", "u") for w in (8, 16, 32, 64)})
 
 
 def verify_taso_op(op: ir.Operation) -> None:
@@ -178,6 +286,10 @@ def verify_taso_op(op: ir.Operation) -> None:
         ets = {str(elem_type(v)) for v in list(op.operands) + list(op.results)}
         if len(ets) > 1 and s.name != "weight":
             raise SpecError(f"mixed element types {sorted(ets)}")
+        bad = sorted(e for e in ets if e not in TASO_ELEMS)
+        if bad:
+            raise SpecError(f"element type {bad[0]} is not supported (ONNX has no such tensor type, or taso ops do "
+                            f"not compute on it)")
     except SpecError as e:
         raise TasoError(f"{where}: '{op.name}' op: {e}") from None
 
@@ -224,11 +336,12 @@ def dead_code_elimination(module_op: ir.Operation) -> int:
     chains go in one sweep). Returns the number erased."""
     erased = 0
     for f in module_op.regions[0].blocks[0].operations:
-        if f.operation.name != "func.func":
-            continue
+        if f.operation.name != "func.func" or len(f.operation.regions[0].blocks) == 0:
+            continue  # (a declaration has no body)
         ops = [o.operation for o in f.operation.regions[0].blocks[0].operations]
         for o in reversed(ops):
-            if (o.name.startswith("taso.") or o.name.startswith("onnx.")) and _unused(o):
+            # an op without results is no value computation (onnx-mlir's onnx.Return terminates the block)
+            if (o.name.startswith("taso.") or o.name.startswith("onnx.")) and len(o.results) and _unused(o):
                 o.erase()
                 erased += 1
     return erased

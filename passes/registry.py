@@ -28,6 +28,8 @@ class PassOption:
     type: type
     default: Any
     help: str
+    #: (predicate, what it requires) for values the type alone does not rule out
+    valid: Optional[tuple[Callable[[Any], bool], str]] = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class PassInfo:
                 names = ", ".join(known) or "none"
                 raise TasoError(f"pass '{self.argument}' has no option '{k}' (options: {names})")
             out[k] = _coerce(self.argument, known[k], v)
+            if known[k].valid and not known[k].valid[0](out[k]):
+                raise TasoError(f"pass '{self.argument}': option '{k}' must be {known[k].valid[1]}, got '{v}'")
         return out
 
 
@@ -98,7 +102,8 @@ register(PassInfo(
     "Convert ONNX operations (torch-mlir importer or onnx-mlir generic form) into the taso dialect; "
     "operators outside TASO's set stay generic onnx.<Op> operations",
     _run_convert,
-    (PassOption("opset", int, 17, "default-domain opset when the input does not record one"),),
+    (PassOption("opset", int, 17, "default-domain opset when the input does not record one",
+                (lambda v: 1 <= v < 2**31, "an ONNX opset version (1 or more)")),),
 ))
 register(PassInfo(
     "taso-verify",
@@ -131,9 +136,14 @@ class _PyPass:
             self.error = str(e)
             _PENDING_ERRORS.append(self.error)
             pass_.signal_pass_failure()
+        except Exception as e:  # a bug, not bad input: re-raised by run_pass_manager as it is
+            self.error = f"{type(e).__name__}: {one_line(e)}"
+            _PENDING_EXCEPTIONS.append(e)
+            pass_.signal_pass_failure()
 
 
 _PENDING_ERRORS: list[str] = []
+_PENDING_EXCEPTIONS: list[BaseException] = []
 
 
 def add_taso_pass(pm: passmanager.PassManager, argument: str, **options) -> None:
@@ -235,11 +245,14 @@ def build_pass_manager(pipeline: str, ctx: ir.Context) -> passmanager.PassManage
 def run_pass_manager(pm: passmanager.PassManager, module_op: ir.Operation) -> None:
     """Run ``pm``; our passes' errors come back as one-line TasoErrors."""
     del _PENDING_ERRORS[:]
+    del _PENDING_EXCEPTIONS[:]
     try:
         pm.run(module_op)
     except Exception as e:
         if _PENDING_ERRORS:
             raise TasoError(_PENDING_ERRORS[0]) from None
+        if _PENDING_EXCEPTIONS:
+            raise _PENDING_EXCEPTIONS[0]
         diags = getattr(e, "error_diagnostics", None)
         if diags:
             raise TasoError(f"{diags[0].location}: {diags[0].message}") from None

@@ -25,6 +25,16 @@ EXIT_ERROR = 1
 EXIT_INTERNAL = 2
 
 
+class _ArgumentParser(argparse.ArgumentParser):
+    """A bad command line is one line and exit 1 like any other error (argparse prints its usage and
+    exits 2, the status taso-opt keeps for internal errors)."""
+
+    def error(self, message):
+        from taso_mlir.dialect.errors import TasoError
+
+        raise TasoError(f"{message} (see taso-opt --help)")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     from taso_mlir.passes.registry import REGISTRY
 
@@ -33,7 +43,7 @@ def _build_parser() -> argparse.ArgumentParser:
             f"\n      {{{o.name}={o.default}}}  {o.help}" for o in p.options)
         for p in REGISTRY.values()) + \
         "\n\nAny other --<pass> flag is parsed as an upstream MLIR pass (e.g. --canonicalize, --cse)."
-    ap = argparse.ArgumentParser(
+    ap = _ArgumentParser(
         prog="taso-opt", description="mlir-opt-style driver for the taso dialect and passes",
         epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     ap.add_argument("input", nargs="?", default="-", help="input file (.onnx, .mlir, .mlirbc) or - for stdin")
@@ -144,6 +154,7 @@ def _main(argv: list[str]) -> int:
         raise TasoError("ONNX output needs a single module (drop --split-input-file)")
 
     outputs: list = []
+    args.summary_lines = []
     failures = 0
     for i, chunk in enumerate(chunks):
         try:
@@ -165,7 +176,7 @@ def _main(argv: list[str]) -> int:
                 f"{rep.outputs} output(s), {rep.trials} random input sets, onnxruntime")
         if not rep.rel <= 1e-5:
             raise TasoError(line + f": exceeds 1e-5 x scale; nothing written")
-        sys.stderr.write(f"taso-opt: {line}: ok\n")
+        args.summary_lines.append(f"taso-opt: {line}: ok\n")  # (with the census, once the output is written)
     if out_kind == "onnx":
         from taso_mlir.dialect.onnx_export import save_onnx
 
@@ -177,6 +188,8 @@ def _main(argv: list[str]) -> int:
         _write_bytes(out_path, b"".join(outputs))
     else:
         _write_text(out_path, "// -----\n".join(outputs))
+    for line in args.summary_lines:
+        sys.stderr.write(line)
     return EXIT_ERROR if failures else 0
 
 
@@ -227,6 +240,95 @@ def _read_input(path: str):
         raise TasoError(f"{path}: not MLIR text or bytecode (is it an ONNX file without the .onnx suffix?)") from None
 
 
+#: Deepest nesting of regions, attributes and types accepted: MLIR's parser and printer recurse once per
+#: level and overflow the C stack (a segfault) at a few thousand levels (regions: between 2,000 and 5,000).
+MAX_NESTING = 1000
+_OPENERS, _CLOSERS = b"([{<", b")]}>"
+
+
+def _nesting(text) -> tuple[int, int]:
+    """(deepest bracket nesting, line where it is first passed MAX_NESTING or 0) of MLIR text, not
+    counting string literals, comments and the ``->`` of function types. Chunked with numpy, so a
+    text of hundreds of MB (weights in hex) costs a fraction of a second, not a Python loop."""
+    import re
+
+    import numpy as np
+
+    raw = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
+    raw = re.sub(rb'"[^"\\\n]*(?:\\.[^"\\\n]*)*"', b'""', raw)  # (unrolled: 30x faster on long hex strings)
+    raw = re.sub(rb"//[^\n]*", b"", raw).replace(b"->", b"  ")
+    step = np.zeros(256, np.int8)
+    step[list(_OPENERS)] = 1
+    step[list(_CLOSERS)] = -1
+    depth = deepest = 0
+    chunk = 1 << 24
+    for start in range(0, len(raw), chunk):
+        part = np.frombuffer(raw, np.uint8, count=min(chunk, len(raw) - start), offset=start)
+        levels = np.cumsum(step[part], dtype=np.int64) + depth
+        if levels.size:
+            deepest = max(deepest, int(levels.max()))
+            if deepest > MAX_NESTING:
+                at = start + int(np.argmax(levels > MAX_NESTING))
+                return deepest, raw.count(b"\n", 0, at) + 1
+            depth = int(levels[-1])
+    return deepest, 0
+
+
+def _check_nesting(text, name: str, offset: int = 0) -> None:
+    from taso_mlir.dialect.errors import TasoError
+
+    deepest, line = _nesting(text)
+    if line:
+        raise TasoError(f"{name}:{line + offset}: brackets nested deeper than {MAX_NESTING} levels (regions, "
+                        f"attributes or types) are not supported")
+
+
+_BYTECODE_PROBE = """
+import json, sys
+sys.path[:0] = json.loads(sys.argv[1])
+try:
+    from taso_mlir.dialect.mlir import ir, make_context
+    from taso_mlir.tools.taso_opt import MAX_NESTING, _nesting
+except ImportError:
+    sys.exit(0)  # cannot check here: the caller parses it anyway
+ctx = make_context()
+try:
+    with ctx:
+        m = ir.Module.parse(sys.stdin.buffer.read(), ctx)
+except Exception:
+    sys.exit(0)  # a clean parse error: the caller reports it
+# the bytecode reader does not recurse, the printer does: print here (a crash is reported) and measure
+text = m.operation.get_asm(binary=True, large_elements_limit=16, large_resource_limit=16,
+                           print_generic_op_form=True, assume_verified=True)
+sys.exit(4 if _nesting(text)[0] > MAX_NESTING else 0)
+"""
+
+
+def _check_bytecode_reader(data: bytes, name: str) -> None:
+    """MLIR's bytecode reader crashes the process (segfault) on some corrupt files: parse in a child
+    process first, so that a corrupt file is an error message rather than a crash of taso-opt."""
+    import json
+    import signal
+    import subprocess
+
+    from taso_mlir.dialect.errors import TasoError
+
+    try:
+        r = subprocess.run([sys.executable, "-c", _BYTECODE_PROBE, json.dumps(sys.path)], input=data,
+                           capture_output=True, timeout=3600)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise TasoError(f"{name}: cannot check the MLIR bytecode ({e})") from None
+    if r.returncode < 0:
+        try:
+            how = signal.Signals(-r.returncode).name
+        except ValueError:
+            how = f"signal {-r.returncode}"
+        raise TasoError(f"{name}: corrupt MLIR bytecode (MLIR crashed reading it: {how})")
+    if r.returncode == 4:
+        raise TasoError(f"{name}: brackets nested deeper than {MAX_NESTING} levels (regions, attributes or types) "
+                        f"are not supported")
+
+
 class _Diagnostics:
     """Collects MLIR diagnostics so that they come out as our one-line errors, not library noise."""
 
@@ -236,8 +338,16 @@ class _Diagnostics:
         self.handle = ctx.attach_diagnostic_handler(self)
 
     def __call__(self, d) -> bool:
-        if str(d.severity).endswith("ERROR"):
-            self.messages.append(f"{_loc_text(d.location, self.offset)}: {d.message}")
+        # an exception must not leave a diagnostic handler (it would cross C++ frames)
+        try:
+            if str(d.severity).endswith("ERROR"):
+                try:
+                    msg = d.message
+                except Exception:  # a message quoting bytes that are not UTF-8
+                    msg = "error (its message is not UTF-8 text)"
+                self.messages.append(f"{_loc_text(d.location, self.offset)}: {msg}")
+        except Exception:
+            pass
         return True
 
     def first(self) -> Optional[str]:
@@ -281,7 +391,7 @@ def _process(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, offset=0
 def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, offset=0):
     from taso_mlir.dialect.errors import TasoError, one_line
     from taso_mlir.dialect.mlir import ir, make_context
-    from taso_mlir.dialect.ops import verify_module
+    from taso_mlir.dialect.ops import check_readable, verify_module
     from taso_mlir.passes.registry import build_pass_manager, run_pass_manager
 
     ctx = make_context()
@@ -295,6 +405,10 @@ def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, of
             del model
         else:
             name = "<stdin>" if in_path == "-" else in_path
+            if isinstance(chunk, bytes):
+                _check_bytecode_reader(chunk, name)
+            else:
+                _check_nesting(chunk, name, offset)
             try:
                 with ctx:
                     module = ir.Module.parse(chunk, ctx)
@@ -303,6 +417,7 @@ def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, of
                 raise TasoError(f"cannot parse MLIR: {msg.split(' note: ')[0]}") from None
             except Exception as e:
                 raise TasoError(f"cannot parse MLIR: {diags.first() or one_line(e)}") from None
+            check_readable(module.operation, name)
             _check_unregistered(module, args.allow_unregistered_dialect)
             verify_module(module.operation)
         if pipeline:
@@ -316,8 +431,8 @@ def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, of
                 pm.enable_verifier(False)
             run_pass_manager(pm, module.operation)
             verify_module(module.operation)
-        if args.summary:
-            sys.stderr.write(f"taso-opt: {_census(module)}\n")
+        if args.summary:  # printed once the output is written (a failing run prints only its error)
+            args.summary_lines.append(f"taso-opt: {_census(module)}\n")
         if out_kind == "onnx":
             from taso_mlir.dialect.onnx_export import export_onnx
 
@@ -342,19 +457,25 @@ def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, of
 def _census(module) -> str:
     """'41 taso ops (conv2d 20, ...), 3 generic onnx ops (Gemm 1, ...), 21 weights (0.1 MB)'."""
     import collections
+    import re
 
     import numpy as np
+
+    from taso_mlir.dialect.mlir import ir
 
     taso, generic = collections.Counter(), collections.Counter()
     weights, nbytes = 0, 0
     for f in module.body.operations:
-        if f.operation.name != "func.func":
+        if f.operation.name != "func.func" or len(f.operation.regions[0].blocks) == 0:
             continue
         for op in f.operation.regions[0].blocks[0].operations:
             name = op.operation.name
             if name == "taso.weight":
                 weights += 1
-                nbytes += np.array(op.operation.attributes["value"]).nbytes
+                # from the type: reading the value would copy it (and not every element type reads back)
+                st = ir.ShapedType(op.operation.results[0].type)
+                bits = re.search(r"\d+", str(st.element_type))
+                nbytes += int(np.prod(st.shape, dtype=object)) * max(1, int(bits.group()) // 8 if bits else 1)
             elif name.startswith("taso."):
                 taso[name[5:]] += 1
             elif name.startswith("onnx.") and name != "onnx.NoValue":
@@ -392,22 +513,32 @@ def _check_unregistered(module, allowed: bool) -> None:
 
 def _atomic_write(path: str, data: bytes) -> None:
     from taso_mlir.dialect.errors import TasoError
+    from taso_mlir.dialect.onnx_export import output_target, write_direct
 
+    given = path
+    path, direct = output_target(path)
+    if direct:  # -o /dev/null, a pipe: written in place (a rename would replace the device node)
+        write_direct(path, lambda f: f.write(data))
+        return
     d = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(d):
-        raise TasoError(f"{path}: directory does not exist")
+        raise TasoError(f"{given}: directory does not exist")
     try:
         fd, tmp = tempfile.mkstemp(prefix=".taso-", dir=d)
     except OSError as e:
-        raise TasoError(f"{path}: cannot write ({e.strerror})") from None
+        raise TasoError(f"{given}: cannot write ({e.strerror})") from None
     try:
+        # mkstemp makes the file 0600: give it what open() would (or the mode of the file it replaces)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(fd, os.stat(path).st_mode & 0o7777 if os.path.isfile(path) else 0o666 & ~mask)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
     except OSError as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise TasoError(f"{path}: cannot write ({e.strerror})") from None
+        raise TasoError(f"{given}: cannot write ({e.strerror})") from None
 
 
 def _write_text(path: str, text: str) -> None:
