@@ -309,8 +309,7 @@ class _Resources:
 
     def get(self, key: str) -> bytes:
         if self._blobs is None:
-            text = self._op.get_asm(large_elements_limit=None, large_resource_limit=None) \
-                if _asm_supports_resource_limit() else str(self._op)
+            text = self._op.get_asm(large_elements_limit=None, large_resource_limit=None)
             start = text.find("{-#")
             self._blobs = {}
             if start >= 0:
@@ -322,15 +321,6 @@ class _Resources:
         return self._blobs[key]
 
 
-def _asm_supports_resource_limit() -> bool:
-    import inspect
-
-    try:
-        return "large_resource_limit" in (ir.Operation.get_asm.__doc__ or "")
-    except Exception:
-        return False
-
-
 _DENSE_RESOURCE_RE = re.compile(r"^dense_resource<([^>]+)>\s*:\s*(.+)$")
 
 
@@ -339,7 +329,7 @@ def _weight_value(attr: ir.Attribute, res: _Resources, where: str) -> ir.Attribu
         return attr
     m = _DENSE_RESOURCE_RE.match(str(attr))
     if m:
-        from .types import parse_tensor_type, P, numpy_dtype, onnx_dtype_of_mlir
+        from .types import parse_tensor_type, numpy_dtype, onnx_dtype_of_mlir
 
         ttype = ir.Type.parse(m.group(2))
         shape, elem = parse_tensor_type(ttype)
@@ -396,12 +386,6 @@ def _drop_unused_weights(op: ir.Operation) -> None:
     Split's sizes): remove dead taso/onnx ops. ONNX operators have no side effects, so this never
     changes what the graph computes."""
     dead_code_elimination(op)
-
-
-def _has_uses(v: ir.Value) -> bool:
-    for _ in v.uses:
-        return True
-    return False
 
 
 def _node_of(o: ir.Operation, vmap) -> Optional[_Node]:
@@ -676,7 +660,6 @@ def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, counter,
             if any(v is _NONE for v in operands) or not _spec_accepts(tname, operands, n.results, attrs):
                 r = None
         if r is not None:
-            s = spec(tname)
             try:
                 new_op = create_taso_op(tname, operands, n.results, attrs, loc=n.loc)
             except SpecError as e:

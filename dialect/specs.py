@@ -20,8 +20,8 @@ same-shape operators are the special case the generator uses.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -464,10 +464,6 @@ def _shape_from_result(ins, a, hint=None):
     if hint is None:
         raise SpecError("a constant's shape comes from its result type")
     return [tuple(hint[0])]
-
-
-def _const_dtype(outs):
-    return np.float32
 
 
 def _ref_const_pool(ins, a, outs):

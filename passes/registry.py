@@ -15,7 +15,7 @@ Embedding in another compiler's pipeline::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from taso_mlir.dialect.errors import TasoError, one_line
