@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Optional
 
 import numpy as np
 import onnx
@@ -457,21 +456,51 @@ def write_direct(path: str, write) -> None:
         raise TasoError(f"{path}: cannot write ({e.strerror})") from None
 
 
-def save_onnx(model: onnx.ModelProto, path: str) -> None:
-    """Write atomically: into a temporary folder beside ``path``, then rename into place. Models of
-    2 GB or more keep their weights in ONNX external data, ``<file>.data`` beside the model (renamed
-    into place first, so the model never points at missing data)."""
+def write_atomic(path: str, write, what: str = "") -> None:
+    """``write(f)`` into ``path`` atomically: a temporary file beside it, renamed into place, with the
+    mode ``open()`` would give it (or that of the file it replaces). Devices and pipes are written in
+    place. Nothing is left behind on failure; errors are one-line TasoErrors."""
     given = path
     path, direct = output_target(path)
-    if direct:
-        if not _fits(model):
-            raise TasoError(f"{given}: a model of 2 GB or more needs external data, which cannot go to a device")
-        write_direct(path, lambda f: _write_model(model, f))
+    if direct:  # -o /dev/null, a pipe: a rename would replace the device node
+        write_direct(path, write)
         return
     d = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(d):
         raise TasoError(f"{given}: directory does not exist")
-    big = not _fits(model)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".taso-", dir=d)
+    except OSError as e:
+        raise TasoError(f"{given}: cannot write{what} ({e.strerror})") from None
+    try:
+        # mkstemp makes the file 0600: give it what open() would (or the mode of the file it replaces)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(fd, os.stat(path).st_mode & 0o7777 if os.path.isfile(path) else 0o666 & ~mask)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except Exception as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else one_line(e)
+        raise TasoError(f"{given}: cannot write{what} ({reason})") from None
+
+
+def save_onnx(model: onnx.ModelProto, path: str) -> None:
+    """Write atomically (``write_atomic``). Models of 2 GB or more keep their weights in ONNX external
+    data, ``<file>.data`` beside the model, written in a temporary folder and renamed into place data
+    first, so the model never points at missing data."""
+    if _fits(model):
+        write_atomic(path, lambda f: _write_model(model, f), " ONNX output")
+        return
+    given = path
+    path, direct = output_target(path)
+    if direct:
+        raise TasoError(f"{given}: a model of 2 GB or more needs external data, which cannot go to a device")
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(d):
+        raise TasoError(f"{given}: directory does not exist")
     try:
         tmpdir = tempfile.mkdtemp(prefix=".taso-", dir=d)
     except OSError as e:
@@ -479,14 +508,10 @@ def save_onnx(model: onnx.ModelProto, path: str) -> None:
     base = os.path.basename(path)
     tmp = os.path.join(tmpdir, base)
     try:
-        if big:
-            data = base + ".data"
-            onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
-                            location=data, size_threshold=1024)
-            os.replace(os.path.join(tmpdir, data), os.path.join(d, data))
-        else:
-            with open(tmp, "wb") as f:
-                _write_model(model, f)
+        data = base + ".data"
+        onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=data, size_threshold=1024)
+        os.replace(os.path.join(tmpdir, data), os.path.join(d, data))
         os.replace(tmp, path)
     except Exception as e:
         raise TasoError(f"{given}: cannot write ONNX output ({one_line(e)})") from None

@@ -17,8 +17,6 @@ import argparse
 import io
 import os
 import sys
-import tempfile
-import time
 from typing import Optional
 
 EXIT_ERROR = 1
@@ -175,7 +173,7 @@ def _main(argv: list[str]) -> int:
         line = (f"numerics: max |difference| {rep.max_abs:.3g} (output scale {rep.scale:.3g}) over "
                 f"{rep.outputs} output(s), {rep.trials} random input sets, onnxruntime")
         if not rep.rel <= 1e-5:
-            raise TasoError(line + f": exceeds 1e-5 x scale; nothing written")
+            raise TasoError(line + ": exceeds 1e-5 x scale; nothing written")
         args.summary_lines.append(f"taso-opt: {line}: ok\n")  # (with the census, once the output is written)
     if out_kind == "onnx":
         from taso_mlir.dialect.onnx_export import save_onnx
@@ -332,9 +330,8 @@ def _check_bytecode_reader(data: bytes, name: str) -> None:
 class _Diagnostics:
     """Collects MLIR diagnostics so that they come out as our one-line errors, not library noise."""
 
-    def __init__(self, ctx, offset: int = 0):
+    def __init__(self, ctx):
         self.messages: list[str] = []
-        self.offset = offset
         self.handle = ctx.attach_diagnostic_handler(self)
 
     def __call__(self, d) -> bool:
@@ -345,7 +342,7 @@ class _Diagnostics:
                     msg = d.message
                 except Exception:  # a message quoting bytes that are not UTF-8
                     msg = "error (its message is not UTF-8 text)"
-                self.messages.append(f"{_loc_text(d.location, self.offset)}: {msg}")
+                self.messages.append(f"{d.location}: {msg}")  # _fix_locs maps it to file:line
         except Exception:
             pass
         return True
@@ -355,16 +352,6 @@ class _Diagnostics:
 
     def detach(self):
         self.handle.detach()
-
-
-def _loc_text(loc, offset: int) -> str:
-    import re
-
-    s = str(loc)
-    m = re.match(r'^loc\("([^"]*)":(\d+):(\d+)\)$', s)
-    if m:
-        return f"{m.group(1)}:{int(m.group(2)) + offset}:{m.group(3)}"
-    return s
 
 
 def _fix_locs(msg: str, name: str, offset: int) -> str:
@@ -395,7 +382,7 @@ def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, of
     from taso_mlir.passes.registry import build_pass_manager, run_pass_manager
 
     ctx = make_context()
-    diags = _Diagnostics(ctx, offset)
+    diags = _Diagnostics(ctx)
     try:
         if in_kind == "onnx":
             from taso_mlir.dialect.onnx_import import import_onnx, load_onnx
@@ -511,42 +498,14 @@ def _check_unregistered(module, allowed: bool) -> None:
                         f"to allow it)")
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-    from taso_mlir.dialect.errors import TasoError
-    from taso_mlir.dialect.onnx_export import output_target, write_direct
-
-    given = path
-    path, direct = output_target(path)
-    if direct:  # -o /dev/null, a pipe: written in place (a rename would replace the device node)
-        write_direct(path, lambda f: f.write(data))
-        return
-    d = os.path.dirname(os.path.abspath(path)) or "."
-    if not os.path.isdir(d):
-        raise TasoError(f"{given}: directory does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".taso-", dir=d)
-    except OSError as e:
-        raise TasoError(f"{given}: cannot write ({e.strerror})") from None
-    try:
-        # mkstemp makes the file 0600: give it what open() would (or the mode of the file it replaces)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.fchmod(fd, os.stat(path).st_mode & 0o7777 if os.path.isfile(path) else 0o666 & ~mask)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise TasoError(f"{given}: cannot write ({e.strerror})") from None
-
-
 def _write_text(path: str, text: str) -> None:
     if path == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        _atomic_write(path, text.encode("utf-8"))
+        from taso_mlir.dialect.onnx_export import write_atomic
+
+        write_atomic(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def _write_bytes(path: str, data: bytes) -> None:
@@ -554,7 +513,9 @@ def _write_bytes(path: str, data: bytes) -> None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
     else:
-        _atomic_write(path, data)
+        from taso_mlir.dialect.onnx_export import write_atomic
+
+        write_atomic(path, lambda f: f.write(data))
 
 
 if __name__ == "__main__":
