@@ -78,7 +78,20 @@ def _cnn_classes():
     def conv_bn(cin, cout, k, stride=1, groups=1):
         return [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
 
-    class Basic(nn.Module):
+    class Residual(nn.Module):
+        """relu(branch(x) + shortcut(x)); the shortcut is a strided 1x1 conv+BN when shapes change."""
+
+        def _residual_init(self, cin, cout, stride):
+            self.relu = nn.ReLU(inplace=True)
+            self.shortcut = None
+            if stride != 1 or cin != cout:
+                self.shortcut = nn.Sequential(*conv_bn(cin, cout, 1, stride))
+
+        def _join(self, y, x):
+            s = x if self.shortcut is None else self.shortcut(x)
+            return self.relu(y + s)
+
+    class Basic(Residual):
         expansion = 1
 
         def __init__(self, cin, width, stride, groups=1, base_width=64):
@@ -86,18 +99,13 @@ def _cnn_classes():
             cout = width
             self.conv1, self.bn1 = conv_bn(cin, width, 3, stride)
             self.conv2, self.bn2 = conv_bn(width, cout, 3)
-            self.relu = nn.ReLU(inplace=True)
-            self.shortcut = None
-            if stride != 1 or cin != cout:
-                self.shortcut = nn.Sequential(*conv_bn(cin, cout, 1, stride))
+            self._residual_init(cin, cout, stride)
 
         def forward(self, x):
             y = self.relu(self.bn1(self.conv1(x)))
-            y = self.bn2(self.conv2(y))
-            s = x if self.shortcut is None else self.shortcut(x)
-            return self.relu(y + s)
+            return self._join(self.bn2(self.conv2(y)), x)
 
-    class Bottleneck(nn.Module):
+    class Bottleneck(Residual):
         expansion = 4
 
         def __init__(self, cin, width, stride, groups=1, base_width=64):
@@ -107,17 +115,12 @@ def _cnn_classes():
             self.conv1, self.bn1 = conv_bn(cin, inner, 1)
             self.conv2, self.bn2 = conv_bn(inner, inner, 3, stride, groups)
             self.conv3, self.bn3 = conv_bn(inner, cout, 1)
-            self.relu = nn.ReLU(inplace=True)
-            self.shortcut = None
-            if stride != 1 or cin != cout:
-                self.shortcut = nn.Sequential(*conv_bn(cin, cout, 1, stride))
+            self._residual_init(cin, cout, stride)
 
         def forward(self, x):
             y = self.relu(self.bn1(self.conv1(x)))
             y = self.relu(self.bn2(self.conv2(y)))
-            y = self.bn3(self.conv3(y))
-            s = x if self.shortcut is None else self.shortcut(x)
-            return self.relu(y + s)
+            return self._join(self.bn3(self.conv3(y)), x)
 
     class ResNet(nn.Module):
         def __init__(self, block, layers, groups=1, base_width=64, classes=1000):
