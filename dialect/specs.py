@@ -9,8 +9,11 @@ operator's meaning anywhere in taso-mlir.
 Reference semantics come in two modes, chosen by the dtype of the inputs:
 - float inputs are computed in float64 and rounded once to the input dtype (an accurate reference);
 - integer inputs are computed exactly in the input's integer dtype (wrapping arithmetic, e.g. mod
-  2**32 for uint32), which is what fingerprinting needs. Operators with no exact integer meaning
-  (sigmoid, tanh, average pooling, batchnorm, C_pool) raise ``ExactModeUnsupported``.
+  2**32 for uint32), which is what fingerprinting needs. Division by an odd k is exact in that ring
+  (multiplication by k's modular inverse), so average pooling with count_include_pad=1 and odd
+  windows, and C_pool (``constant(..., dtype=np.uint32)``), have an exact meaning too. Operators with
+  no exact integer meaning (sigmoid, tanh, batchnorm, other average pooling) raise
+  ``ExactModeUnsupported``.
 
 Conventions: 2-D windows use ONNX's layouts (NCHW activations, OIHW weights) and ONNX's pad order
 ``[top, left, bottom, right]``. Elementwise ops use ONNX (numpy) multidirectional broadcasting; TASO's
@@ -412,11 +415,29 @@ def _ref_maxpool(ins, a, _outs=None):
     return [_contiguous(cols.max(axis=(2, 3)))]
 
 
+def exact_reciprocal(k: int, dtype) -> np.ndarray:
+    """1/k in the ring of the integer ``dtype`` (wrapping arithmetic): the unique r with k*r == 1.
+
+    Exists for odd k only. It gives average pooling and C_pool an exact integer meaning for
+    fingerprinting: sum * (1/k) is the unique solution a of k*a == sum in that ring.
+    """
+    dt = np.dtype(dtype)
+    if k % 2 == 0:
+        raise ExactModeUnsupported(f"1/{k} has no exact integer value (even divisor)")
+    bits = dt.itemsize * 8
+    return np.array(pow(k, -1, 1 << bits), dtype=np.uint64).astype(dt)
+
+
 def _ref_avgpool(ins, a, _outs=None):
     x = ins[0]
-    _float_only("avgpool2d", x)
     (_, _, oh, ow), = _shape_pool([x.shape], a)
     k = a["kernel_shape"]
+    if _is_int(x):
+        if not a["count_include_pad"]:
+            raise ExactModeUnsupported("taso.avgpool2d with count_include_pad=0 has no exact integer semantics")
+        xp = _pad_hw(x, a["pads"], 0)
+        sums = _windows(xp, k, a["strides"], (1, 1), (oh, ow)).sum(axis=(2, 3), dtype=x.dtype)
+        return [_contiguous(sums * exact_reciprocal(k[0] * k[1], x.dtype))]
     xp = _pad_hw(_f64(x), a["pads"], 0.0)
     sums = _windows(xp, k, a["strides"], (1, 1), (oh, ow)).sum(axis=(2, 3))
     if a["count_include_pad"]:
@@ -466,33 +487,35 @@ def _shape_from_result(ins, a, hint=None):
     return [tuple(hint[0])]
 
 
-def _ref_const_pool(ins, a, outs):
+def _ref_const_pool(ins, a, outs, dtype=np.float32):
     (shape,) = outs
     if len(shape) != 4 or shape[1] != 1:
         raise SpecError(f"C_pool is a depthwise kernel [C, 1, kh, kw], got {list(shape)}")
-    return [np.full(shape, 1.0 / (shape[2] * shape[3]), dtype=np.float32)]
+    if np.issubdtype(np.dtype(dtype), np.integer):
+        return [np.full(shape, exact_reciprocal(shape[2] * shape[3], dtype), dtype=dtype)]
+    return [np.full(shape, 1.0 / (shape[2] * shape[3]), dtype=dtype)]
 
 
-def _ref_const_iconv(ins, a, outs):
+def _ref_const_iconv(ins, a, outs, dtype=np.float32):
     (shape,) = outs
     if len(shape) != 4 or shape[2] % 2 == 0 or shape[3] % 2 == 0 or shape[0] % shape[1] and shape[1] != shape[0]:
         raise SpecError(f"I_conv needs an odd kernel [C, C/g, kh, kw], got {list(shape)}")
-    w = np.zeros(shape, dtype=np.float32)
+    w = np.zeros(shape, dtype=dtype)
     for o in range(shape[0]):
         w[o, o % shape[1], shape[2] // 2, shape[3] // 2] = 1.0
     return [w]
 
 
-def _ref_const_imatmul(ins, a, outs):
+def _ref_const_imatmul(ins, a, outs, dtype=np.float32):
     (shape,) = outs
     if len(shape) < 2 or shape[-1] != shape[-2]:
         raise SpecError(f"I_matmul needs a square matrix, got {list(shape)}")
-    return [_contiguous(np.broadcast_to(np.eye(shape[-1], dtype=np.float32), shape))]
+    return [_contiguous(np.broadcast_to(np.eye(shape[-1], dtype=dtype), shape))]
 
 
-def _ref_const_iewmul(ins, a, outs):
+def _ref_const_iewmul(ins, a, outs, dtype=np.float32):
     (shape,) = outs
-    return [np.ones(shape, dtype=np.float32)]
+    return [np.ones(shape, dtype=dtype)]
 
 
 def _ref_weight(ins, a, outs):
@@ -688,3 +711,17 @@ def evaluate(name: str, inputs: Sequence[np.ndarray], attrs: dict, result_shapes
     if s.value_attr:
         full["value"] = attrs["value"]
     return s.ref(list(inputs), full, result_shapes)
+
+
+CONSTANTS = ("const_pool", "const_iconv", "const_imatmul", "const_iewmul")
+
+
+def constant(name: str, shape: Shape, dtype=np.float32) -> np.ndarray:
+    """The value of the constant op ``taso.<name>`` of ``shape``, in ``dtype``.
+
+    Integer dtypes give the exact value in that ring (C_pool's 1/(kh*kw) is a modular inverse).
+    """
+    name = name.removeprefix("taso.")
+    if name not in CONSTANTS:
+        raise SpecError(f"taso.{name} is not a constant op")
+    return spec(name).ref([], {}, [tuple(shape)], dtype=dtype)[0]

@@ -1010,3 +1010,24 @@ def test_irdl_verify_after_create_rejects_wrong_operand_count(ctx):
                 func.ReturnOp(list(body(list(block.arguments))))
     with pytest.raises(ir.MLIRError, match="operands"):
         module.operation.verify()
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.int64], ids=["uint32", "int64"])
+@pytest.mark.parametrize("k,strides", [((3, 3), (1, 1)), ((1, 3), (2, 1)), ((3, 5), (2, 2))])
+def test_exact_average_pooling(k, strides, dtype):
+    """Odd windows with count_include_pad=1 divide exactly (modular inverse): k * avg == window sum,
+    and a depthwise conv with the exact C_pool equals the exact average pool (axiom 39)."""
+    rng = _rng(f"exact-avg{k}{strides}")
+    x = rng.integers(0, 2**31, size=(2, 3, 6, 7)).astype(dtype)
+    pads = (k[0] // 2, k[1] // 2, k[0] // 2, k[1] // 2)
+    attrs = dict(kernel_shape=k, strides=strides, pads=pads, count_include_pad=1)
+    avg = specs.evaluate("avgpool2d", [x], attrs)[0]
+    assert avg.dtype == dtype
+    ones = np.ones((3, 1) + k, dtype=dtype)
+    sums = specs.evaluate("conv2d", [x, ones], dict(strides=strides, pads=pads, group=3))[0]
+    np.testing.assert_array_equal(avg * dtype(k[0] * k[1]), sums)
+    cpool = specs.constant("const_pool", (3, 1) + k, dtype)
+    np.testing.assert_array_equal(
+        specs.evaluate("conv2d", [x, cpool], dict(strides=strides, pads=pads, group=3))[0], avg)
+    with pytest.raises(ExactModeUnsupported):
+        specs.constant("const_pool", (3, 1, 2, 2), dtype)

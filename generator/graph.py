@@ -1,0 +1,199 @@
+"""Rule graphs: the small operator graphs on both sides of a substitution.
+
+A graph is a tuple of ops in topological order plus its outputs. Operands and outputs are
+*references*: an input variable name (``x1``, ``c2``, ``s1``) or an op result, ``%k`` (op k's only
+result) or ``%k#j`` (result j of a split). Attributes are concrete except two shape-derived kinds,
+which a rule states symbolically so that it applies at any shape:
+
+- a split's ``sizes`` is a tuple of *dims*, and a constant op's ``shape`` is a tuple of *dims*;
+- a *dim* is an ``int`` (a fixed size, e.g. a kernel dimension) or a pair ``(ref, axis)``: that
+  axis of that tensor in the same graph;
+- window ops (conv2d, maxpool2d, avgpool2d) have ``pads = "same"``: (k-1)/2 on each side for the
+  op's odd kernel k, as in TASO's SAME padding, so a rule holds for any odd kernel size.
+
+The graph's meaning is the operator specs' reference semantics (``dialect.specs.evaluate``); the
+only deviation is the fingerprinting mode of the generator, which evaluates in uint32 with TASO's
+non-linear ReLU surrogate (see ``evaluate(..., relu_surrogate=True)``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..dialect import specs
+
+Ref = str
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str  # taso op name without the prefix
+    attrs: tuple  # sorted (key, value) pairs; list values are tuples
+    operands: tuple[Ref, ...]
+    num_results: int = 1
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return default
+
+
+@dataclass(frozen=True)
+class Graph:
+    ops: tuple[Op, ...]
+    outputs: tuple[Ref, ...]
+
+    def inputs(self) -> list[str]:
+        """Input variables in order of first use (operands, then dims referring to them)."""
+        seen: dict[str, None] = {}
+        for op in self.ops:
+            for r in op.operands:
+                if not r.startswith("%"):
+                    seen.setdefault(r)
+            for d in _dims_of(op):
+                if isinstance(d, tuple) and not d[0].startswith("%"):
+                    seen.setdefault(d[0])
+        for r in self.outputs:
+            if not r.startswith("%"):
+                seen.setdefault(r)
+        return list(seen)
+
+    def text(self) -> str:
+        """A one-line human-readable form: ``%0 = matmul(x1, w1); %1 = ...; -> %1``."""
+        parts = []
+        for i, op in enumerate(self.ops):
+            attrs = ", ".join(f"{k}={_attr_text(v)}" for k, v in op.attrs)
+            lhs = f"%{i}" if op.num_results == 1 else ", ".join(f"%{i}#{j}" for j in range(op.num_results))
+            parts.append(f"{lhs} = {op.name}({', '.join(op.operands)}){' {' + attrs + '}' if attrs else ''}")
+        return "; ".join(parts) + " -> " + ", ".join(self.outputs)
+
+    # ---- JSON (the rules file) ----
+    def to_json(self) -> dict:
+        return {"ops": [[op.name, {k: _attr_json(v) for k, v in op.attrs}, list(op.operands), op.num_results]
+                        for op in self.ops],
+                "outputs": list(self.outputs)}
+
+    @staticmethod
+    def from_json(d: Mapping) -> "Graph":
+        ops = []
+        for name, attrs, operands, nres in d["ops"]:
+            ops.append(Op(name, tuple(sorted((k, _attr_from_json(k, v)) for k, v in attrs.items())),
+                          tuple(operands), int(nres)))
+        return Graph(tuple(ops), tuple(d["outputs"]))
+
+
+def _dims_of(op: Op):
+    if op.name == "split":
+        return op.attr("sizes")
+    if op.name in specs.CONSTANTS:
+        return op.attr("shape")
+    return ()
+
+
+def _attr_text(v) -> str:
+    if isinstance(v, tuple):
+        return "[" + ", ".join(f"{d[0]}.{d[1]}" if isinstance(d, tuple) else str(d) for d in v) + "]"
+    return json.dumps(v)
+
+
+def _attr_json(v):
+    if isinstance(v, tuple):
+        return [list(d) if isinstance(d, tuple) else d for d in v]
+    return v
+
+
+def _attr_from_json(key: str, v):
+    if isinstance(v, list):
+        return tuple(tuple(d) if isinstance(d, list) else d for d in v)
+    return v
+
+
+def parse_ref(ref: Ref) -> tuple[int, int] | None:
+    """``%k`` -> (k, 0), ``%k#j`` -> (k, j), an input variable -> None."""
+    if not ref.startswith("%"):
+        return None
+    k, _, j = ref[1:].partition("#")
+    return int(k), int(j or 0)
+
+
+def op_ref(k: int, j: int, num_results: int) -> Ref:
+    return f"%{k}" if num_results == 1 else f"%{k}#{j}"
+
+
+def _resolve_dim(d, shapes: Mapping[Ref, tuple]) -> int:
+    if isinstance(d, tuple):
+        return int(shapes[d[0]][d[1]])
+    return int(d)
+
+
+def spec_attrs(op: Op, shapes: Mapping[Ref, tuple]) -> tuple[dict, list | None]:
+    """The op's attributes for ``dialect.specs`` (symbolic dims resolved) and a result-shape hint."""
+    a = dict(op.attrs)
+    hint = None
+    if a.get("pads") == "same":  # symmetric (k-1)/2 padding for the op's odd kernel
+        k = shapes[op.operands[1]][2:] if op.name == "conv2d" else a["kernel_shape"]
+        if len(k) != 2 or k[0] % 2 == 0 or k[1] % 2 == 0:
+            raise specs.SpecError(f"{op.name}: 'same' padding needs an odd kernel, got {list(k)}")
+        a["pads"] = (k[0] // 2, k[1] // 2, k[0] // 2, k[1] // 2)
+    if op.name == "split":
+        a["sizes"] = tuple(_resolve_dim(d, shapes) for d in a["sizes"])
+    elif op.name in specs.CONSTANTS:
+        hint = [tuple(_resolve_dim(d, shapes) for d in a.pop("shape"))]
+    return a, hint
+
+
+def infer(graph: Graph, input_shapes: Mapping[str, tuple]) -> dict[Ref, tuple]:
+    """Shapes of every tensor; raises ``specs.SpecError`` where the graph does not type-check.
+
+    Elementwise ops must have equal operand shapes here (TASO's same-shape operators): broadcasting
+    is a precondition no rule assumes."""
+    shapes: dict[Ref, tuple] = {k: tuple(v) for k, v in input_shapes.items()}
+    for k, op in enumerate(graph.ops):
+        a, hint = spec_attrs(op, shapes)
+        ins = [shapes[r] for r in op.operands]
+        if op.name in ("ewadd", "ewmul") and ins[0] != ins[1]:
+            raise specs.SpecError(f"{op.name}: operand shapes {list(ins[0])} and {list(ins[1])} differ")
+        outs = specs.infer_shapes(op.name, ins, a, hint)
+        for j, s in enumerate(outs):
+            shapes[op_ref(k, j, op.num_results)] = tuple(s)
+    return shapes
+
+
+def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray], relu_surrogate: bool = False) -> list[np.ndarray]:
+    """Run the graph on ``inputs`` with the reference semantics; returns the outputs.
+
+    ``relu_surrogate``: integer fingerprinting mode: relu (and fused relu activations) become
+    x*(x+1)+1, which is not piecewise linear, so rules that only hold because relu is piecewise
+    linear on the random inputs cannot slip through (TASO's trick).
+    """
+    vals: dict[Ref, np.ndarray] = dict(inputs)
+    shapes = {k: v.shape for k, v in vals.items()}
+    dtype = next(iter(vals.values())).dtype if vals else np.dtype(np.float64)
+    for k, op in enumerate(graph.ops):
+        a, hint = spec_attrs(op, shapes)
+        if op.name in specs.CONSTANTS:
+            outs = [specs.constant(op.name, hint[0], dtype)]
+        else:
+            ins = [vals[r] for r in op.operands]
+            if op.name in ("ewadd", "ewmul") and ins[0].shape != ins[1].shape:
+                raise specs.SpecError(f"{op.name}: operand shapes differ")
+            surrogate = relu_surrogate and (op.name == "relu" or a.get("activation") == "relu")
+            if surrogate:
+                if op.name == "relu":
+                    outs = [ins[0]]
+                else:
+                    a["activation"] = "none"
+                    outs = specs.evaluate(op.name, ins, a, hint)
+                outs = [o * (o + o.dtype.type(1)) + o.dtype.type(1) for o in outs]
+            else:
+                outs = specs.evaluate(op.name, ins, a, hint)
+        for j, o in enumerate(outs):
+            r = op_ref(k, j, op.num_results)
+            vals[r] = o
+            shapes[r] = o.shape
+    return [vals[r] for r in graph.outputs]
