@@ -5,11 +5,14 @@ Stages (each one's count goes into the library header):
 2. ``candidates``: unordered pairs of graphs with equal fingerprints whose outputs match one to one
    by value hash (every output mapped: no dangling outputs).
 3. ``after_common_subgraph``: drop pairs whose graphs share an op (a shared op on the same inputs,
-   and so a shared subgraph), and pairs whose outputs are all produced by the same operator on
-   pairwise-equivalent operands (they follow from a smaller rule by congruence).
-4. ``after_renaming``: drop pairs that are another pair with input variables renamed (within inputs of
+   and so a shared subgraph), or contain the same operator applied to equivalent operands (which
+   becomes a shared op after a smaller rule rewrites the operands: congruence).
+4. ``after_transitivity``: within a class of equivalent graphs, keep a spanning forest of the
+   surviving pairs, built from the smallest graphs outwards; every dropped pair follows from kept
+   pairs by transitivity (rules apply in both directions).
+5. ``after_renaming``: drop pairs that are another pair with input variables renamed (within inputs of
    the same shape and kind) or with the two sides swapped.
-5. ``after_float_test``: both graphs evaluated in float64 (real ReLU) on fresh random inputs in
+6. ``after_float_test``: both graphs evaluated in float64 (real ReLU) on fresh random inputs in
    [-1, 1] agree within 1e-6 (relative) -- TASO's second test.
 Constant ops' shapes are then stated symbolically, in terms of the rule's input variables, choosing
 the reading that holds at the alternative shapes of ``shape_variants``.
@@ -62,9 +65,8 @@ class Candidate:
     a: G.Graph
     b: G.Graph
     fingerprint: int
-    a_ops: frozenset
-    b_ops: frozenset
-    note: str = ""
+    a_sigs: frozenset
+    b_sigs: frozenset
 
 
 def _term_strings(g: G.Graph) -> list[str]:
@@ -128,51 +130,94 @@ def pair_key(a: G.Graph, b: G.Graph, classes: dict) -> tuple:
     return best
 
 
-def find_candidates(en: Enumerator, fps, graph_ops, log=print) -> tuple[list[Candidate], dict]:
-    cfg = en.cfg
-    n = cfg.max_ops
+@dataclass
+class Member:
+    """A graph in a fingerprint class, as the enumerator reports it (worker-independent)."""
+    graph: G.Graph
+    sink_hashes: list  # value hash of each output, in output order
+    sigs: frozenset  # (op name, attrs, operand value hashes) of each op
+
+
+def members_of(en: Enumerator, fps, graph_ops, wanted) -> list[tuple[int, Member]]:
+    """The graphs of ``en.run``'s output whose fingerprint is in ``wanted`` (a numpy uint64 array)."""
+    n = en.cfg.max_ops
     fa = np.frombuffer(fps, dtype=np.uint64)
-    ops = np.frombuffer(graph_ops, dtype=np.int32).reshape(-1, n) if n else np.zeros((len(fa), 0), np.int32)
-    counts = {"graphs": int(len(fa))}
-    order = np.argsort(fa, kind="stable")
-    sf = fa[order]
-    starts = np.flatnonzero(np.r_[True, sf[1:] != sf[:-1]])
-    ends = np.r_[starts[1:], len(sf)]
+    ops = np.frombuffer(graph_ops, dtype=np.int32).reshape(-1, n)
     T = en.tensors
+    out = []
+    for i in np.flatnonzero(np.isin(fa, wanted)):
+        opset = tuple(int(o) for o in ops[i] if o >= 0)
+        if not opset:  # an input as its own output
+            t = next(t for t in en.input_ids if T[t].hash == int(fa[i]))
+            g, sinks = G.Graph((), (en.cfg.inputs[en.input_ids.index(t)].name,)), [t]
+        else:
+            g, sinks = en.graph(opset)
+        out.append((int(fa[i]), Member(g, [T[t].hash for t in sinks], frozenset(_sig(en, o) for o in opset))))
+    return out
+
+
+def _sig(en: Enumerator, o: int) -> tuple:
+    op = en.ops[o]
+    hs = [en.tensors[t].hash for t in op.operands]
+    if op.name in ("ewadd", "ewmul"):
+        hs.sort()
+    return (op.name, op.attrs, tuple(hs))
+
+
+def colliding(fps_list) -> np.ndarray:
+    """Fingerprints shared by two or more graphs."""
+    fa = np.concatenate([np.frombuffer(f, dtype=np.uint64) for f in fps_list])
+    u, c = np.unique(fa, return_counts=True)
+    return u[c > 1]
+
+
+def find_candidates(members: list, cfg: Config, n_graphs: int, log=print) -> tuple[list[Candidate], dict]:
+    counts = {"graphs": n_graphs}
+    groups: dict[int, list] = {}
+    for fp, m in sorted(members, key=lambda x: (x[0], x[1].graph.text())):
+        groups.setdefault(fp, []).append(m)
+    classes = {s.name: (s.shape, s.kind) for s in cfg.inputs}
     pairs: list[Candidate] = []
     n_cand = n_common = 0
-    for s, e in zip(starts, ends):
-        if e - s < 2:
-            continue
-        members = []
-        for i in order[s:e]:
-            opset = tuple(int(o) for o in ops[i] if o >= 0)
-            if not opset:  # an input as its own output
-                t = next(t for t in en.input_ids if T[t].hash == _input_hash_for(en, fa[i]))
-                g = G.Graph((), (cfg.inputs[en.input_ids.index(t)].name,))
-                members.append((g, [t], frozenset()))
-            else:
-                g, sinks = en.graph(opset)
-                members.append((g, sinks, frozenset(opset)))
-        for (ga, sa, oa), (gb, sb, ob) in itertools.combinations(members, 2):
-            ha = sorted(T[t].hash for t in sa)
-            hb = sorted(T[t].hash for t in sb)
-            if ha != hb or len(set(ha)) != len(ha):
+    for fp, ms in groups.items():
+        keys = [_size_key(m.graph, classes) for m in ms]
+        edges = []
+        for (ia, a), (ib, b) in itertools.combinations(enumerate(ms), 2):
+            if sorted(a.sink_hashes) != sorted(b.sink_hashes) or len(set(a.sink_hashes)) != len(a.sink_hashes):
                 continue
             n_cand += 1
-            if oa & ob or _congruent(en, sa, sb):
+            # the same operator on equivalent operands (a shared op is the special case): after a
+            # smaller rule rewrites the operands, the graphs share the op, and a pair sharing an op
+            # is a smaller rule with the shared op's result as an input (TASO's argument)
+            if a.sigs & b.sigs:
                 continue
             n_common += 1
-            # order b's outputs like a's (matched by value)
-            pos = {T[t].hash: k for k, t in enumerate(sb)}
-            perm = [pos[T[t].hash] for t in sa]
-            gb2 = G.Graph(gb.ops, tuple(gb.outputs[k] for k in perm))
-            pairs.append(Candidate(ga, gb2, int(sf[s]), oa, ob))
+            edges.append((max(keys[ia], keys[ib]), min(keys[ia], keys[ib]), ia, ib))
+        # transitivity: keep a spanning forest of the surviving pairs, smallest graphs first
+        parent = list(range(len(ms)))
+
+        def find(x):
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+        for _, _, ia, ib in sorted(edges):
+            ra, rb = find(ia), find(ib)
+            if ra == rb:
+                continue
+            parent[ra] = rb
+            if keys[ib] < keys[ia]:
+                ia, ib = ib, ia  # a: the smaller graph
+            a, b = ms[ia], ms[ib]
+            pos = {h: k for k, h in enumerate(b.sink_hashes)}  # order b's outputs like a's
+            gb = G.Graph(b.graph.ops, tuple(b.graph.outputs[pos[h]] for h in a.sink_hashes))
+            pairs.append(Candidate(a.graph, gb, fp, a.sigs, b.sigs))
     counts["candidates"] = n_cand
     counts["after_common_subgraph"] = n_common
-    log(f"  {n_cand} candidate pairs, {n_common} after common-subgraph pruning")
+    counts["after_transitivity"] = len(pairs)
+    log(f"  {n_cand} candidate pairs, {n_common} after common-subgraph pruning, "
+        f"{len(pairs)} after transitivity pruning")
 
-    classes = {s.name: (s.shape, s.kind) for s in cfg.inputs}
     seen = set()
     kept = []
     for c in pairs:
@@ -191,34 +236,17 @@ def find_candidates(en: Enumerator, fps, graph_ops, log=print) -> tuple[list[Can
         ok, why = float_test(c.a, c.b, inputs, variant_shapes(inputs, {}), rng)
         if ok:
             passed.append(c)
+        else:
+            log(f"  float test rejects {c.a.text()}  <=>  {c.b.text()}: {why}")
     counts["after_float_test"] = len(passed)
     log(f"  {len(passed)} after the floating-point test")
     return passed, counts
 
 
-def _input_hash_for(en: Enumerator, fp) -> int:
-    return int(fp)
-
-
-def _congruent(en: Enumerator, sa, sb) -> bool:
-    """Every output pair is the same operator applied to pairwise-equivalent operands."""
-    T = en.tensors
-    by_hash = {T[t].hash: t for t in sb}
-    for ta in sa:
-        tb = by_hash[T[ta].hash]
-        pa, pb = T[ta].producer, T[tb].producer
-        if pa < 0 or pb < 0:
-            return False
-        oa, ob = en.ops[pa], en.ops[pb]
-        if oa.name != ob.name or oa.attrs != ob.attrs or T[ta].index != T[tb].index:
-            return False
-        ha = [T[t].hash for t in oa.operands]
-        hb = [T[t].hash for t in ob.operands]
-        if oa.name in ("ewadd", "ewmul"):
-            ha.sort(), hb.sort()
-        if ha != hb:
-            return False
-    return True
+def _size_key(g: G.Graph, classes: dict) -> tuple:
+    """Order of graphs within a class: fewer ops first, then a renaming-invariant structure."""
+    label = {v: f"{c[1]}{len(c[0])}" for v, c in classes.items()}
+    return (len(g.ops), sorted(_term_strings(_rename(g, label))), g.text())
 
 
 def float_test(a: G.Graph, b: G.Graph, inputs: dict, shapes: dict, rng, rtol=1e-6, atol=1e-9):

@@ -55,6 +55,9 @@ class Config:
     #: constant ops and their shapes (cone size 1 ops, like TASO's C_pool, I_conv, I_matmul, I_ewmul)
     constants: tuple = (("const_imatmul", (4, 4)), ("const_iewmul", (2, 4)),
                         ("const_iconv", (4, 4, 3, 3)), ("const_pool", (4, 1, 3, 3)))
+    #: most ops of a kind in one graph (scalar multiplication commutes with every linear op, so
+    #: graphs with two of them mostly restate one scalar move in several places)
+    op_limits: tuple = (("smul", 1),)
     enlarge_to: tuple = (3, 3)
     pool_kernel: tuple = (3, 3)
     seed: int = 2019
@@ -63,6 +66,7 @@ class Config:
         return {"max_ops": self.max_ops, "max_outputs": self.max_outputs,
                 "inputs": [[i.name, list(i.shape), i.kind] for i in self.inputs],
                 "constants": [[n, list(s)] for n, s in self.constants],
+                "op_limits": {k: v for k, v in self.op_limits},
                 "enlarge_to": list(self.enlarge_to), "pool_kernel": list(self.pool_kernel), "seed": self.seed}
 
     @staticmethod
@@ -70,6 +74,7 @@ class Config:
         return Config(max_ops=d["max_ops"], max_outputs=d["max_outputs"],
                       inputs=tuple(InputSpec(n, tuple(s), k) for n, s, k in d["inputs"]),
                       constants=tuple((n, tuple(s)) for n, s in d["constants"]),
+                      op_limits=tuple(sorted(d.get("op_limits", {}).items())),
                       enlarge_to=tuple(d["enlarge_to"]), pool_kernel=tuple(d["pool_kernel"]), seed=d["seed"])
 
 
@@ -102,6 +107,7 @@ class _Op:
 class Enumerator:
     def __init__(self, config: Config):
         self.cfg = config
+        self.limits = dict(config.op_limits)
         rng = np.random.default_rng(config.seed)
         self.tensors: list[_Tensor] = []
         self.ops: list[_Op] = []
@@ -296,6 +302,9 @@ class Enumerator:
         T = self.tensors
         o = cands[j]
         op = self.ops[o]
+        limit = self.limits.get(op.name)
+        if limit is not None and sum(self.ops[g].name == op.name for g in gops) >= limit:
+            return
         res = op.results
         rh = [T[t].hash for t in res]
         dup = [h in hashes for h in rh]
@@ -355,6 +364,8 @@ class Enumerator:
             if op.name == "split":
                 attrs = attrs + (("sizes", tuple((names[t], ax) for t, ax in op.split_dims)),)
                 attrs = tuple(sorted(attrs))
+            if op.name == "conv2d" and dict(attrs)["group"] != 1:
+                attrs = tuple((k, "grouped" if k == "group" else v) for k, v in attrs)
             gops.append(G.Op(op.name, attrs, tuple(names[t] for t in op.operands), len(op.results)))
             pos[o] = k
         sinks = [t for o in ops for t in self.ops[o].results if t not in used]

@@ -8,6 +8,8 @@ which a rule states symbolically so that it applies at any shape:
 - a split's ``sizes`` is a tuple of *dims*, and a constant op's ``shape`` is a tuple of *dims*;
 - a *dim* is an ``int`` (a fixed size, e.g. a kernel dimension) or a pair ``(ref, axis)``: that
   axis of that tensor in the same graph;
+- a conv2d with a group other than 1 has ``group = "grouped"``: C_in(input) / C_in(weight), which
+  must not be 1 (depthwise convolutions are the common case), so a rule holds for any channel count;
 - window ops (conv2d, maxpool2d, avgpool2d) have ``pads = "same"``: (k-1)/2 on each side for the
   op's odd kernel k, as in TASO's SAME padding, so a rule holds for any odd kernel size.
 
@@ -140,6 +142,12 @@ def spec_attrs(op: Op, shapes: Mapping[Ref, tuple]) -> tuple[dict, list | None]:
         if len(k) != 2 or k[0] % 2 == 0 or k[1] % 2 == 0:
             raise specs.SpecError(f"{op.name}: 'same' padding needs an odd kernel, got {list(k)}")
         a["pads"] = (k[0] // 2, k[1] // 2, k[0] // 2, k[1] // 2)
+    if a.get("group") == "grouped":  # group = C_in(input) / C_in(weight), and not 1
+        x, w = shapes[op.operands[0]], shapes[op.operands[1]]
+        if len(x) != 4 or len(w) != 4 or w[1] == 0 or x[1] % w[1] or x[1] == w[1]:
+            raise specs.SpecError(f"conv2d: a grouped rule conv needs input channels a multiple > 1 of the "
+                                  f"weight's, got {list(x)} and {list(w)}")
+        a["group"] = x[1] // w[1]
     if op.name == "split":
         a["sizes"] = tuple(_resolve_dim(d, shapes) for d in a["sizes"])
     elif op.name in specs.CONSTANTS:

@@ -42,6 +42,8 @@ def translate(g: G.Graph, A: Z3Algebra, variables: dict) -> list:
         elif n == "conv2d":
             if a.get("pads") != "same":
                 raise Untranslatable("conv2d padding other than 'same'")
+            if a["group"] not in (1, "grouped"):
+                raise Untranslatable(f"conv2d group {a['group']}")
             outs = [A.conv(scode(a["strides"]), 1 if a["group"] == 1 else 0,
                            1 if a.get("activation") == "relu" else 0, *ins)]
         elif n == "concat":

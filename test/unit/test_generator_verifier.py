@@ -1,0 +1,176 @@
+"""The generator and the verifier on small configurations: stage counts, known rules found, pruning,
+parallel = serial, axiom validation that can fail, proofs that can fail, and the CLIs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from taso_mlir.generator import graph as G
+from taso_mlir.generator import library, pipeline
+from taso_mlir.generator.candidates import float_test, pair_key, variant_shapes
+from taso_mlir.generator.enumerate import Config, Enumerator
+from taso_mlir.verifier import axioms as AX
+from taso_mlir.verifier.prove import Prover, prove_many
+from taso_mlir.verifier.validate import validate_axiom
+
+QUIET = dict(log=lambda *a: None)
+
+
+@pytest.fixture(scope="module")
+def gen2():
+    return pipeline.generate(Config(max_ops=2), jobs=1, **QUIET)
+
+
+def _texts(records):
+    return {tuple(r["text"]) for r in records}
+
+
+def test_enumeration_produces_each_graph_once():
+    en = Enumerator(Config(max_ops=2))
+    fps, ops = en.run()
+    rows = np.frombuffer(ops, dtype=np.int32).reshape(-1, 2)
+    sets = [frozenset(int(o) for o in r if o >= 0) for r in rows]
+    nonempty = [s for s in sets if s]
+    assert len(nonempty) == len(set(nonempty)), "an op set was enumerated twice"
+    assert len(fps) == len(rows)
+
+
+def test_parallel_enumeration_equals_serial():
+    cfg = Config(max_ops=2)
+    serial, n1 = pipeline.enumerate_parallel(cfg, 1)
+    parallel, n2 = pipeline.enumerate_parallel(cfg, 2)
+    assert n1 == n2
+    assert sorted((fp, m.graph.text()) for fp, m in serial) == sorted((fp, m.graph.text()) for fp, m in parallel)
+
+
+def test_stage_counts_shrink_and_known_rules_are_found(gen2):
+    header, records = gen2
+    c = header["counts"]
+    order = ["graphs", "candidates", "after_common_subgraph", "after_transitivity", "after_renaming",
+             "after_float_test", "usable"]
+    assert [c[k] for k in order] == sorted((c[k] for k in order), reverse=True)
+    texts = [" <=> ".join(r["text"]) for r in records]
+    # conv + relu fusion, enlarge of a 1x1 kernel, C_pool as average pooling, T(T(x)) = x
+    assert any("relu(%0)" in t and 'activation="relu"' in t and "conv2d" in t for t in texts)
+    assert any("enlarge(c3)" in t for t in texts)
+    assert any("const_pool" in t and "avgpool2d" in t for t in texts)
+    assert any(r["ops"] == [0, 2] and r["text"][1].count("transpose") == 2 for r in records)
+    assert all("forward" not in r["directions"] for r in records if r["ops"][0] == 0)  # no 0-op sources
+
+
+def test_merge_rule_at_three_ops():
+    """Two matmuls sharing an input merge into one on concatenated weights plus a split."""
+    header, records = pipeline.generate(Config(max_ops=3), jobs=2, **QUIET)
+    found = [r for r in records if r["ops"] == [2, 3] and "split" in r["text"][1] and "matmul" in r["text"][0]]
+    assert found, "the matmul merge rule was not generated"
+    split = next(op for op in found[0]["dst"]["ops"] if op[0] == "split")
+    assert all(isinstance(d, list) for d in split[1]["sizes"]), "split sizes must be symbolic"
+
+
+def test_renaming_and_swapping_give_the_same_key():
+    cfg = Config(max_ops=2)
+    classes = {s.name: (s.shape, s.kind) for s in cfg.inputs}
+    a = G.Graph((G.Op("ewadd", (), ("x1", "x2")),), ("%0",))
+    b = G.Graph((G.Op("ewadd", (), ("x2", "x1")),), ("%0",))
+    c = G.Graph((G.Op("ewadd", (), ("x3", "x1")),), ("%0",))
+    d = G.Graph((G.Op("ewadd", (), ("x1", "x3")),), ("%0",))
+    assert pair_key(a, b, classes) == pair_key(c, d, classes) == pair_key(d, c, classes)
+
+
+def test_float_test_rejects_what_fingerprints_might_accept():
+    inputs = {"x1": ((2, 4), "act")}
+    shapes = variant_shapes(inputs, {})
+    relu2 = G.Graph((G.Op("relu", (), ("x1",)), G.Op("relu", (), ("%0",))), ("%1",))
+    relu1 = G.Graph((G.Op("relu", (), ("x1",)),), ("%0",))
+    ident = G.Graph((), ("x1",))
+    rng = np.random.default_rng(0)
+    assert float_test(relu2, relu1, inputs, shapes, rng)[0] is True
+    ok, why = float_test(relu1, ident, inputs, shapes, rng)
+    assert ok is False and "differ" in why
+
+
+def test_every_axiom_validates():
+    for ax in AX.AXIOMS:
+        r = validate_axiom(ax)
+        assert r.obligations > 0 and not r.failures, (ax.name, r.failures[:1])
+
+
+@pytest.mark.parametrize("name,tensors,params,build", [
+    # TASO's traps: the output-channel concat of convolutions is wrong for grouped convolutions
+    ("bad-A24-grouped", {"x": "n c h w", "y": "o d k kk", "z": "p d k kk"}, {"s": ((1, 1),), "c": (0,)},
+     lambda A, x, y, z, s, c: (A.cat(1, A.conv(s, 0, c, x, y), A.conv(s, 0, c, x, z)), A.conv(s, 0, c, x, A.cat(0, y, z)))),
+    # scaling does not commute with a fused relu (negative scalars)
+    ("bad-A13-relu", {"x": "n c h w", "y": "o c k k", "w": ""}, {"s": ((1, 1),)},
+     lambda A, x, y, w, s: (A.smul(A.conv(s, 1, 1, x, y), w), A.conv(s, 1, 1, A.smul(x, w), y))),
+    # a 1x1 conv commutes with average pooling, but not a 3x3 one: the template must not hide it
+    ("bad-conv-avgpool", {"x": "n c h w", "y": "o c k k"}, {"s": ((1, 1),), "k": ((3, 3),)},
+     lambda A, x, y, s, k: (A.avgpool(k, s, A.conv((1, 1), 1, 0, x, y)), A.conv((1, 1), 1, 0, A.avgpool(k, s, x), y))),
+])
+def test_wrong_axioms_fail_validation(name, tensors, params, build):
+    r = validate_axiom(AX.Axiom(name, name, tensors, build, params), max_shapes=1500)
+    assert r.obligations > 0 and r.failures
+
+
+def test_prover_proves_true_and_rejects_false_rules():
+    p = Prover()
+    conv = lambda act, w: G.Op("conv2d", (("activation", act), ("group", 1), ("pads", "same"), ("strides", (1, 1))), ("i1", w))  # noqa: E731
+    fused = G.Graph((conv("relu", "c1"),), ("%0",))
+    split = G.Graph((conv("none", "c1"), G.Op("relu", (), ("%0",))), ("%1",))
+    res = p.prove(split, fused, timeout_s=5)
+    assert res["status"] == "proved" and "A14" in res["axioms"]
+    wrong = G.Graph((conv("none", "c1"),), ("%0",))
+    res = p.prove(split, wrong, timeout_s=1)
+    assert res["status"] in ("unknown", "refuted") and res["reason"]
+    t0 = G.Graph((G.Op("transpose", (("perm", (0, 1)),), ("x1",)),), ("%0",))
+    assert p.prove(t0, G.Graph((), ("x1",)), 1)["status"] == "untranslatable"
+
+
+def test_prove_many_parallel_keeps_order_and_statuses():
+    conv = lambda act: G.Op("conv2d", (("activation", act), ("group", 1), ("pads", "same"), ("strides", (1, 1))), ("i1", "c1"))  # noqa: E731
+    fused = G.Graph((conv("relu"),), ("%0",))
+    split = G.Graph((conv("none"), G.Op("relu", (), ("%0",))), ("%1",))
+    plain = G.Graph((conv("none"),), ("%0",))
+    res = prove_many([(split, fused), (split, plain), (fused, split)], timeout_s=1, jobs=2)
+    assert [r["status"] == "proved" for r in res] == [True, False, True]
+
+
+def test_cli_generate_and_verify(tmp_path):
+    out = tmp_path / "rules.jsonl"
+    r = subprocess.run([sys.executable, "-m", "taso_mlir.tools.taso_gen", "--max-ops", "2", "--jobs", "2",
+                        "-o", str(out), "--no-progress"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "candidate pairs" in r.stdout and "wrote" in r.stdout
+    header, records = library.read(out)
+    assert all(rec["proof"]["status"] == "unverified" for rec in records)
+    proved = tmp_path / "proved.jsonl"
+    r = subprocess.run([sys.executable, "-m", "taso_mlir.tools.taso_verify", str(out), "-o", str(proved),
+                        "--timeout", "1", "--jobs", "2", "--no-progress"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "axioms:" in r.stdout and "proved" in r.stdout
+    header2, records2 = library.read(proved)
+    assert header2["verification"]["status"]["proved"] == sum(x["proof"]["status"] == "proved" for x in records2) > 0
+    assert out.read_text().count('"unverified"') == len(records)  # the input file is left alone
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--max-ops", "0", "-o", "x.jsonl"], "--max-ops"),
+    (["--max-ops", "2", "-o", "/nonexistent-dir/x.jsonl"], "does not exist"),
+])
+def test_cli_gen_errors(args, msg):
+    r = subprocess.run([sys.executable, "-m", "taso_mlir.tools.taso_gen", "--no-progress", *args],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and msg in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_cli_verify_rejects_a_non_library(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"format": "something else"}) + "\n")
+    r = subprocess.run([sys.executable, "-m", "taso_mlir.tools.taso_verify", str(bad), "-o", str(tmp_path / "o"),
+                        "--no-progress"], capture_output=True, text=True)
+    assert r.returncode == 1 and "not a taso-mlir rules file" in r.stderr and "Traceback" not in r.stderr
