@@ -1,7 +1,7 @@
 """taso-bench: the TASO/TENSAT benchmark models through taso-mlir, measured side by side with the peers.
 
     taso-bench                                   # the full suite (benchmarks/suite.py), report in taso-bench-out/
-    taso-bench --quick --out /tmp/bench          # tiny variants (the smoke test)
+    taso-bench --quick --out bench-quick         # tiny variants (the smoke test)
     taso-bench --models bert-b1,nasrnn           # some models
     taso-bench --pipeline 'builtin.module(taso-dce,cse)'   # any pass pipeline as the optimizer
     taso-bench --list                            # the models and their configurations
@@ -35,8 +35,7 @@ import sys
 import time
 from typing import Optional
 
-EXIT_ERROR = 1
-EXIT_INTERNAL = 2
+from . import cli
 
 #: The optimizer presets (``--optimizer``); ``--pipeline`` gives any pipeline instead.
 OPTIMIZERS = {
@@ -102,28 +101,8 @@ def _build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _die(msg: str, code: int = EXIT_ERROR) -> int:
-    sys.stderr.write(f"taso-bench: error: {msg}\n")
-    return code
-
-
 def main(argv: Optional[list[str]] = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        return _main(argv)
-    except KeyboardInterrupt:
-        return _die("interrupted", 130)
-    except BrokenPipeError:
-        return 0
-    except Exception as e:  # never a traceback for users
-        from taso_mlir.dialect.errors import TasoError, one_line
-
-        if isinstance(e, TasoError):
-            return _die(str(e))
-        if os.environ.get("TASO_DEBUG"):
-            raise
-        return _die(f"internal error: {type(e).__name__}: {one_line(e)} (set TASO_DEBUG=1 for a traceback)",
-                    EXIT_INTERNAL)
+    return cli.run("taso-bench", _main, argv)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ import argparse
 import os
 import sys
 
+from . import cli
+
 #: TASO's published stage counts (SOSP'19, N = 4), printed beside ours for scale
 TASO_COUNTS = {"candidates": 28744, "after_renaming": 17346, "after_common_subgraph": 743}
 
@@ -36,6 +38,10 @@ def summary_table(counts: dict, times: dict) -> str:
 
 
 def main(argv=None) -> int:
+    return cli.run("taso-gen", _main, argv)
+
+
+def _main(argv) -> int:
     from ..dialect.errors import TasoError
     ap = argparse.ArgumentParser(prog="taso-gen", description=__doc__.strip().splitlines()[0])
     ap.add_argument("--max-ops", type=int, default=4, help="most operators per graph (default 4, as in TASO's paper)")
@@ -44,37 +50,30 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=None, help="random seed for the fingerprint inputs")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
-    try:
-        if not 1 <= args.max_ops <= 6:
-            raise TasoError("--max-ops must be between 1 and 6")
-        if args.jobs < 1:
-            raise TasoError("--jobs must be at least 1")
-        out_dir = os.path.dirname(os.path.abspath(args.output))
-        if not os.path.isdir(out_dir):
-            raise TasoError(f"{args.output}: the folder does not exist")
-        from ..generator import library, pipeline
-        from ..generator.enumerate import Config
-        cfg = Config(max_ops=args.max_ops) if args.seed is None else Config(max_ops=args.max_ops, seed=args.seed)
-        total = pipeline.base_op_count(cfg)
-        bar = None
-        if not args.no_progress:
-            from tqdm import tqdm
-            bar = tqdm(total=total, desc=f"enumerating (N={args.max_ops}, {args.jobs} jobs)", unit="root op",
-                       file=sys.stderr)
-        log = (bar.write if bar else lambda m: print(m, file=sys.stderr))
-        header, records = pipeline.generate(cfg, jobs=args.jobs, progress=bar.update if bar else None, log=log)
-        if bar:
-            bar.close()
-        library.write(args.output, header, records)
-        print(summary_table(header["counts"], header["times_s"]))
-        print(f"wrote {len(records)} rules to {args.output} (unverified: run taso-verify)")
-        return 0
-    except TasoError as e:
-        print(f"taso-gen: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("taso-gen: interrupted", file=sys.stderr)
-        return 130
+    if not 1 <= args.max_ops <= 6:
+        raise TasoError("--max-ops must be between 1 and 6")
+    if args.jobs < 1:
+        raise TasoError("--jobs must be at least 1")
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(out_dir):
+        raise TasoError(f"{args.output}: the folder does not exist")
+    from ..generator import library, pipeline
+    from ..generator.enumerate import Config
+    cfg = Config(max_ops=args.max_ops) if args.seed is None else Config(max_ops=args.max_ops, seed=args.seed)
+    total = pipeline.base_op_count(cfg)
+    bar = None
+    if not args.no_progress:
+        from tqdm import tqdm
+        bar = tqdm(total=total, desc=f"enumerating (N={args.max_ops}, {args.jobs} jobs)", unit="root op",
+                   file=sys.stderr)
+    log = (bar.write if bar else lambda m: print(m, file=sys.stderr))
+    header, records = pipeline.generate(cfg, jobs=args.jobs, progress=bar.update if bar else None, log=log)
+    if bar:
+        bar.close()
+    library.write(args.output, header, records)
+    print(summary_table(header["counts"], header["times_s"]))
+    print(f"wrote {len(records)} rules to {args.output} (unverified: run taso-verify)")
+    return 0
 
 
 if __name__ == "__main__":

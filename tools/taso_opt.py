@@ -19,8 +19,8 @@ import os
 import sys
 from typing import Optional
 
-EXIT_ERROR = 1
-EXIT_INTERNAL = 2
+from . import cli
+
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -72,28 +72,8 @@ def _build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _die(msg: str, code: int = EXIT_ERROR) -> int:
-    sys.stderr.write(f"taso-opt: error: {msg}\n")
-    return code
-
-
 def main(argv: Optional[list[str]] = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        return _main(argv)
-    except KeyboardInterrupt:
-        return _die("interrupted", 130)
-    except BrokenPipeError:
-        return 0
-    except Exception as e:  # last resort: never a traceback for users
-        from taso_mlir.dialect.errors import TasoError, one_line
-
-        if isinstance(e, TasoError):
-            return _die(str(e))
-        if os.environ.get("TASO_DEBUG"):
-            raise
-        return _die(f"internal error: {type(e).__name__}: {one_line(e)} (set TASO_DEBUG=1 for a traceback)",
-                    EXIT_INTERNAL)
+    return cli.run("taso-opt", _main, argv)
 
 
 def _main(argv: list[str]) -> int:
@@ -188,7 +168,7 @@ def _main(argv: list[str]) -> int:
         _write_text(out_path, "// -----\n".join(outputs))
     for line in args.summary_lines:
         sys.stderr.write(line)
-    return EXIT_ERROR if failures else 0
+    return cli.EXIT_ERROR if failures else 0
 
 
 def _line_offset(chunks, i) -> int:

@@ -17,8 +17,14 @@ import os
 import sys
 import time
 
+from . import cli
+
 
 def main(argv=None) -> int:
+    return cli.run("taso-verify", _main, argv)
+
+
+def _main(argv) -> int:
     from ..dialect.errors import TasoError
     ap = argparse.ArgumentParser(prog="taso-verify", description=__doc__.strip().splitlines()[0])
     ap.add_argument("rules", nargs="?", default=None, help="rules file (default: the packaged library)")
@@ -28,89 +34,82 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: all cores)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)
+    from ..generator import graph as G
+    from ..generator import library
+    from ..verifier.prove import prove_many
+    from ..verifier.validate import validate_all
+    from ..verifier.axioms import AXIOMS
+    if args.output is None and not args.in_place:
+        raise TasoError("give -o FILE or --in-place")
+    if args.timeout <= 0 or args.jobs < 1:
+        raise TasoError("--timeout must be positive and --jobs at least 1")
+    path = args.rules or str(library.default_path())
     try:
-        from ..generator import graph as G
-        from ..generator import library
-        from ..verifier.prove import prove_many
-        from ..verifier.validate import validate_all
-        from ..verifier.axioms import AXIOMS
-        if args.output is None and not args.in_place:
-            raise TasoError("give -o FILE or --in-place")
-        if args.timeout <= 0 or args.jobs < 1:
-            raise TasoError("--timeout must be positive and --jobs at least 1")
-        path = args.rules or str(library.default_path())
-        try:
-            header, records = library.read(path)
-        except library.LibraryError as e:
-            raise TasoError(str(e)) from None
-        out = path if args.in_place else args.output
-        from tqdm import tqdm
-        quiet = args.no_progress
+        header, records = library.read(path)
+    except library.LibraryError as e:
+        raise TasoError(str(e)) from None
+    out = path if args.in_place else args.output
+    from tqdm import tqdm
+    quiet = args.no_progress
 
-        # 1. axiom validation
-        t0 = time.perf_counter()
-        bar = tqdm(total=len(AXIOMS), desc="validating axioms", unit="axiom", file=sys.stderr, disable=quiet)
-        reports = validate_all(progress=bar.update)
-        bar.close()
-        bad = [r for r in reports if r.failures or r.obligations == 0]
-        n_obl = sum(r.obligations for r in reports)
-        print(f"axioms: {len(reports)} validated on {n_obl} concrete obligations in {time.perf_counter() - t0:.1f} s")
-        if bad:
-            for r in bad:
-                why = r.failures[0][2] if r.failures else "no shape at which both sides type-check"
-                print(f"  {r.name} ({r.doc}) FAILS: {why}")
-            raise TasoError(f"{len(bad)} axiom(s) fail validation against the reference semantics; no proofs run")
+    # 1. axiom validation
+    t0 = time.perf_counter()
+    bar = tqdm(total=len(AXIOMS), desc="validating axioms", unit="axiom", file=sys.stderr, disable=quiet)
+    reports = validate_all(progress=bar.update)
+    bar.close()
+    bad = [r for r in reports if r.failures or r.obligations == 0]
+    n_obl = sum(r.obligations for r in reports)
+    print(f"axioms: {len(reports)} validated on {n_obl} concrete obligations in {time.perf_counter() - t0:.1f} s")
+    if bad:
+        for r in bad:
+            why = r.failures[0][2] if r.failures else "no shape at which both sides type-check"
+            print(f"  {r.name} ({r.doc}) FAILS: {why}")
+        raise TasoError(f"{len(bad)} axiom(s) fail validation against the reference semantics; no proofs run")
 
-        # 2. proofs
-        pairs = [(G.Graph.from_json(r["src"]), G.Graph.from_json(r["dst"])) for r in records]
-        t1 = time.perf_counter()
-        bar = tqdm(total=len(pairs), desc=f"proving ({args.jobs} jobs)", unit="rule", file=sys.stderr, disable=quiet)
-        status = collections.Counter()
+    # 2. proofs
+    pairs = [(G.Graph.from_json(r["src"]), G.Graph.from_json(r["dst"])) for r in records]
+    t1 = time.perf_counter()
+    bar = tqdm(total=len(pairs), desc=f"proving ({args.jobs} jobs)", unit="rule", file=sys.stderr, disable=quiet)
+    status = collections.Counter()
 
-        def tick(res):
-            status[res["status"]] += 1
-            bar.set_postfix(proved=status["proved"], other=sum(status.values()) - status["proved"])
-            bar.update(1)
-        results = prove_many(pairs, timeout_s=args.timeout, jobs=args.jobs, progress=tick)
-        bar.close()
-        elapsed = time.perf_counter() - t1
-        axiom_use = collections.Counter()
-        for r, res in zip(records, results):
-            r["proof"] = {"status": res["status"], "time_s": round(res["time_s"], 4),
-                          "axioms": res["axioms"], "reason": res["reason"]}
-            axiom_use.update(res["axioms"])
-        header["verification"] = {
-            "timeout_s": args.timeout, "jobs": args.jobs, "time_s": round(elapsed, 1),
-            "status": dict(sorted(status.items())), "axioms_validated": len(reports), "axiom_obligations": n_obl,
-        }
-        header.setdefault("counts", {})["proved"] = status["proved"]
-        library.write(out, header, records)
+    def tick(res):
+        status[res["status"]] += 1
+        bar.set_postfix(proved=status["proved"], other=sum(status.values()) - status["proved"])
+        bar.update(1)
+    results = prove_many(pairs, timeout_s=args.timeout, jobs=args.jobs, progress=tick)
+    bar.close()
+    elapsed = time.perf_counter() - t1
+    axiom_use = collections.Counter()
+    for r, res in zip(records, results):
+        r["proof"] = {"status": res["status"], "time_s": round(res["time_s"], 4),
+                      "axioms": res["axioms"], "reason": res["reason"]}
+        axiom_use.update(res["axioms"])
+    header["verification"] = {
+        "timeout_s": args.timeout, "jobs": args.jobs, "time_s": round(elapsed, 1),
+        "status": dict(sorted(status.items())), "axioms_validated": len(reports), "axiom_obligations": n_obl,
+    }
+    header.setdefault("counts", {})["proved"] = status["proved"]
+    library.write(out, header, records)
 
-        # 3. summary
-        times = sorted(r["proof"]["time_s"] for r in records if r["proof"]["status"] == "proved")
-        print(f"{'status':<16}{'rules':>7}")
-        for k, v in sorted(status.items()):
-            print(f"{k:<16}{v:>7}")
-        if times:
-            print(f"proof time: median {times[len(times) // 2] * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms; "
-                  f"total {elapsed:.1f} s with {args.jobs} jobs")
-        unused = [a.name for a in AXIOMS if a.name not in axiom_use]
-        print("axioms used by proofs (rules): " + ", ".join(f"{k} {v}" for k, v in axiom_use.most_common()))
-        if unused:
-            print("axioms no proof used: " + ", ".join(unused))
-        excluded = [r for r in records if r["proof"]["status"] != "proved"]
-        if excluded:
-            print(f"excluded ({len(excluded)}), first 10:")
-            for r in excluded[:10]:
-                print(f"  {r['id']} {r['proof']['status']}: {r['proof']['reason']}  [{r['text'][0]}  <=>  {r['text'][1]}]")
-        print(f"wrote {out}")
-        return 0
-    except TasoError as e:
-        print(f"taso-verify: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("taso-verify: interrupted", file=sys.stderr)
-        return 130
+    # 3. summary
+    times = sorted(r["proof"]["time_s"] for r in records if r["proof"]["status"] == "proved")
+    print(f"{'status':<16}{'rules':>7}")
+    for k, v in sorted(status.items()):
+        print(f"{k:<16}{v:>7}")
+    if times:
+        print(f"proof time: median {times[len(times) // 2] * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms; "
+              f"total {elapsed:.1f} s with {args.jobs} jobs")
+    unused = [a.name for a in AXIOMS if a.name not in axiom_use]
+    print("axioms used by proofs (rules): " + ", ".join(f"{k} {v}" for k, v in axiom_use.most_common()))
+    if unused:
+        print("axioms no proof used: " + ", ".join(unused))
+    excluded = [r for r in records if r["proof"]["status"] != "proved"]
+    if excluded:
+        print(f"excluded ({len(excluded)}), first 10:")
+        for r in excluded[:10]:
+            print(f"  {r['id']} {r['proof']['status']}: {r['proof']['reason']}  [{r['text'][0]}  <=>  {r['text'][1]}]")
+    print(f"wrote {out}")
+    return 0
 
 
 if __name__ == "__main__":
