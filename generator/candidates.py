@@ -65,8 +65,6 @@ class Candidate:
     a: G.Graph
     b: G.Graph
     fingerprint: int
-    a_sigs: frozenset
-    b_sigs: frozenset
 
 
 def _term_strings(g: G.Graph) -> list[str]:
@@ -211,7 +209,7 @@ def find_candidates(members: list, cfg: Config, n_graphs: int, log=print) -> tup
             a, b = ms[ia], ms[ib]
             pos = {h: k for k, h in enumerate(b.sink_hashes)}  # order b's outputs like a's
             gb = G.Graph(b.graph.ops, tuple(b.graph.outputs[pos[h]] for h in a.sink_hashes))
-            pairs.append(Candidate(a.graph, gb, fp, a.sigs, b.sigs))
+            pairs.append(Candidate(a.graph, gb, fp))
     counts["candidates"] = n_cand
     counts["after_common_subgraph"] = n_common
     counts["after_transitivity"] = len(pairs)

@@ -20,7 +20,6 @@ the graphs whose fingerprint is shared.
 from __future__ import annotations
 
 import hashlib
-import itertools
 from array import array
 from dataclasses import dataclass, field
 
@@ -83,6 +82,10 @@ def value_hash(v: np.ndarray) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
+#: where the rows/columns (batch/channels) of a matmul's and a conv's result come from
+_AXIS_SOURCES = {"matmul": {0: (0, 0), 1: (1, 1)}, "conv2d": {0: (0, 0), 1: (1, 0)}}
+
+
 @dataclass
 class _Tensor:
     shape: tuple
@@ -126,7 +129,6 @@ class Enumerator:
         avail = list(self.input_ids)
         self.base_ops += self._new_candidates(avail, set(avail))
         self.base_ops = sorted(set(self.base_ops), key=lambda o: self.ops[o].order)
-        self.stats = {"graphs": 0, "ops": 0}
 
     # ---- tensors and ops ----
     def _new_tensor(self, v, weight, producer, index):
@@ -198,22 +200,11 @@ class Enumerator:
             out.splits = {**ins[1].splits, **ins[0].splits}
         elif op.name in ("relu", "smul", "maxpool2d", "avgpool2d"):
             out.splits = dict(ins[0].splits)
-        elif op.name == "matmul":
-            s = {}
-            if 0 in ins[0].splits:
-                s[0] = ins[0].splits[0]
-            if 1 in ins[1].splits:
-                s[1] = ins[1].splits[1]
-            out.splits = s
+        elif op.name in _AXIS_SOURCES:  # result axis <- (operand, axis)
+            out.splits = {ax: ins[i].splits[src] for ax, (i, src) in _AXIS_SOURCES[op.name].items()
+                          if src in ins[i].splits}
         elif op.name == "transpose":
             out.splits = {1 - ax: v for ax, v in ins[0].splits.items()}
-        elif op.name == "conv2d":
-            s = {}
-            if 0 in ins[0].splits:
-                s[0] = ins[0].splits[0]
-            if 0 in ins[1].splits:
-                s[1] = ins[1].splits[0]
-            out.splits = s
 
     # ---- candidate ops ----
     def _new_candidates(self, avail: list, new: set) -> list:
@@ -294,7 +285,6 @@ class Enumerator:
         self.fps.append(fp)
         slots = list(ops) + [-1] * (self.cfg.max_ops - len(ops))
         self.graph_ops.extend(slots)
-        self.stats["graphs"] += 1
 
     def _visit(self, gops: list, avail_set: set, hashes: set, sinks: frozenset, cands: list, j: int, left: int,
                comps: tuple = ()):
@@ -352,7 +342,6 @@ class Enumerator:
         """The rule graph of an op set, with the tensor ids of its outputs."""
         ops = sorted((o for o in ops if o >= 0), key=lambda c: self.ops[c].order)
         names = {t: s.name for t, s in zip(self.input_ids, self.cfg.inputs)}
-        pos = {}
         gops = []
         used = set()
         for k, o in enumerate(ops):
@@ -367,6 +356,5 @@ class Enumerator:
             if op.name == "conv2d" and dict(attrs)["group"] != 1:
                 attrs = tuple((k, "grouped" if k == "group" else v) for k, v in attrs)
             gops.append(G.Op(op.name, attrs, tuple(names[t] for t in op.operands), len(op.results)))
-            pos[o] = k
         sinks = [t for o in ops for t in self.ops[o].results if t not in used]
         return G.Graph(tuple(gops), tuple(names[t] for t in sinks)), sinks
