@@ -338,10 +338,17 @@ def dead_code_elimination(module_op: ir.Operation) -> int:
     for f in module_op.regions[0].blocks[0].operations:
         if f.operation.name != "func.func" or len(f.operation.regions[0].blocks) == 0:
             continue  # (a declaration has no body)
-        ops = [o.operation for o in f.operation.regions[0].blocks[0].operations]
-        for o in reversed(ops):
-            # an op without results is no value computation (onnx-mlir's onnx.Return terminates the block)
-            if (o.name.startswith("taso.") or o.name.startswith("onnx.")) and len(o.results) and _unused(o):
-                o.erase()
-                erased += 1
+        erased += function_dce(f.operation)
+    return erased
+
+
+def function_dce(func_op: ir.Operation) -> int:
+    """Dead-code elimination in one function body (see ``dead_code_elimination``)."""
+    erased = 0
+    ops = [o.operation for o in func_op.regions[0].blocks[0].operations]
+    for o in reversed(ops):
+        # an op without results is no value computation (onnx-mlir's onnx.Return terminates the block)
+        if (o.name.startswith("taso.") or o.name.startswith("onnx.")) and len(o.results) and _unused(o):
+            o.erase()
+            erased += 1
     return erased

@@ -117,6 +117,38 @@ register(PassInfo(
 ))
 
 
+def _run_search(op: ir.Operation, opts: dict) -> None:
+    from .taso_search import run
+
+    run(op, opts)
+
+
+def _cost_model_name(v: str) -> bool:
+    return v == "analytic" or v == "cpu" or v.split(":")[0] in ("analytic", "cuda")
+
+
+register(PassInfo(
+    "taso-search",
+    "TASO's cost-based backtracking search with the verified rules (applied as PDL patterns at the "
+    "chosen sites), then folding of weight-only ops and dead-code elimination",
+    _run_search,
+    (PassOption("alpha", float, 1.05, "queue graphs costing less than alpha x the best (1: greedy)",
+                (lambda v: 1.0 <= v <= 10.0, "between 1 and 10")),
+     PassOption("budget", int, 100, "graphs popped from the queue per window",
+                (lambda v: 0 <= v <= 10**7, "between 0 and 10000000")),
+     PassOption("timeout", float, 30.0, "seconds for the whole search (the best graph so far is kept)",
+                (lambda v: v > 0, "positive")),
+     PassOption("window", int, 120, "ops per search window (big graphs are searched window by window)",
+                (lambda v: v >= 4, "at least 4")),
+     PassOption("cost-model", str, "analytic",
+                "analytic[:cpu|v100|t4|a100|h100] (roofline; analytic = analytic:t4), cpu (measured in "
+                "onnxruntime), cuda (its own issue)", (_cost_model_name, "analytic[:<device>], cpu or cuda")),
+     PassOption("rules", str, "", "rules file (default: the shipped library)"),
+     PassOption("report", str, "", "write a report: '-' for stderr, a file (.json for JSON)"),
+     PassOption("progress", bool, False, "show progress on stderr")),
+))
+
+
 # ---------------------------------------------------------------------------------------------
 # Python pass manager integration
 

@@ -40,12 +40,14 @@ from . import cli
 #: The optimizer presets (``--optimizer``); ``--pipeline`` gives any pipeline instead.
 OPTIMIZERS = {
     "identity": "import (convert-onnx-to-taso), taso-dce, export: the round trip alone",
-    "taso-search": "the cost-guided search pass (issue 5; not in this build until it lands)",
+    "taso-search": "the cost-guided search pass with the verified rules (taso-search, then taso-dce)",
 }
 IDENTITY_PIPELINE = "builtin.module(taso-dce)"
 #: The cost oracles of DESIGN.md (``--cost-model``).
-COST_MODELS = ("analytic", "cpu", "cuda")
-COST_UNAVAILABLE = "unavailable until taso-search lands (issue 5): this build has no cost oracle"
+COST_MODELS = ("analytic", "analytic:cpu", "analytic:t4", "analytic:v100", "analytic:a100", "analytic:h100",
+               "cpu", "cuda")
+COST_UNAVAILABLE = "unavailable: the optimizer is not taso-search, so no cost model ran"
+COST_REPORTED = "per model, as computed by taso-search (graph cost before and after the search)"
 #: The latency variants measured in the same interleaved rounds: (key, model, onnxruntime level).
 VARIANTS = (("original", "original", "all"), ("optimized", "optimized", "all"),
             ("ort_disabled", "original", "disable"), ("onnxslim", "onnxslim", "all"))
@@ -165,6 +167,23 @@ def resolve_optimizer(optimizer: str, pipeline: Optional[str], cost_model: Optio
     return name, text
 
 
+def _search_cost(cfg: dict) -> dict:
+    """The graph costs taso-search computed in this process's last run (None without it)."""
+    from taso_mlir.passes import taso_search
+
+    rep = taso_search.LAST_REPORT
+    if rep is None:
+        return {"model": cfg["cost_model"], "before": None, "after": None, "status": COST_UNAVAILABLE}
+    before, after = rep["cost_before_ms"], rep["cost_after_ms"]
+    fr = rep["functions"]
+    return {"model": rep["cost_model"], "before": before, "after": after, "status": "ok",
+            "reduction": (before - after) / before if before else 0.0,
+            "search_s": sum(f["search_s"] for f in fr), "applied": rep["applied"],
+            "rewrites_applied": sum(f["rewrites_applied"] for f in fr),
+            "graphs_explored": sum(f["graphs_popped"] for f in fr),
+            "timed_out": any(f["timed_out"] for f in fr)}
+
+
 def _selected(args):
     from taso_mlir.benchmarks.suite import suite
     from taso_mlir.dialect.errors import TasoError
@@ -261,7 +280,8 @@ def _main(argv: list[str]) -> int:
         "machine": _machine(),
         "versions": _versions(),
         "optimizer": {"name": opt_name, "pipeline": pipeline},
-        "cost_model": {"requested": args.cost_model, "status": COST_UNAVAILABLE},
+        "cost_model": {"requested": args.cost_model,
+                       "status": COST_REPORTED if "taso-search" in pipeline else COST_UNAVAILABLE},
         "settings": settings,
         "wall_time_s": round(wall, 1),
         "models": results,
@@ -410,12 +430,15 @@ def run_model(name: str, cfg: dict, res: dict, progress) -> None:
     times["import"] = time.perf_counter() - t
     before = census(module)
     pm = build_pass_manager(cfg["pipeline"], ctx)
+    from taso_mlir.passes import taso_search
+
+    taso_search.LAST_REPORT = None
     t = time.perf_counter()
     run_pass_manager(pm, module.operation)
     times["optimize"] = time.perf_counter() - t
     verify_module(module.operation)
     after = census(module)
-    res["cost"] = {"model": cfg["cost_model"], "before": None, "after": None, "status": COST_UNAVAILABLE}
+    res["cost"] = _search_cost(cfg)
     t = time.perf_counter()
     optimized = export_onnx(module)
     times["export"] = time.perf_counter() - t
@@ -897,6 +920,19 @@ def format_markdown(report: dict) -> str:
             f"{r['numerics']['optimized_max_abs']:.3g} | {lat['median_ms']['original']:.4g} | "
             f"{lat['median_ms']['optimized']:.4g} | {lat['speedup']['optimized']:.3f}x; "
             f"{lat['paired_speedup']['optimized']:.3f}x, {_iqr(lat, 'optimized')} |")
+    costed = [r for r in ok if (r.get("cost") or {}).get("status") == "ok"]
+    if costed:
+        out += ["", f"## Cost model ({costed[0]['cost']['model']}): the search's own measure", "",
+                "| model | cost before ms | cost after ms | reduction | TENSAT published reduction | search s | "
+                "rewrites applied | graphs explored | rules applied |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for r in costed:
+            c, pub = r["cost"], r.get("published") or {}
+            rules = ", ".join(f"{k} x{v}" for k, v in list(c["applied"].items())[:6]) or "none"
+            out.append(f"| {r['name']} | {c['before']:.4g} | {c['after']:.4g} | {100 * c['reduction']:.1f}% | "
+                       f"{_pct(pub.get('tensat_speedup'))} | {c['search_s']:.2f}"
+                       f"{' (timed out)' if c['timed_out'] else ''} | {c['rewrites_applied']} | "
+                       f"{c['graphs_explored']} | {rules} |")
     out += ["", "Ops by kind after the optimizer:", ""]
     for r in ok:
         a = r["ops"]["after"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import re
 import sys
 from typing import Optional
 
@@ -66,6 +67,13 @@ def _build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--verify-numerics", action="store_true",
                     help="ONNX in and out: run both models in onnxruntime on random inputs and refuse to write "
                          "an output that differs by more than 1e-5 x the output scale")
+    ap.add_argument("--no-verify-numerics", action="store_true",
+                    help="with --taso-search on ONNX in and out: skip the default onnxruntime check")
+    ap.add_argument("--taso-report", nargs="?", const="-", metavar="FILE",
+                    help="print what taso-search did (graphs explored, rules applied, cost before/after, "
+                         "time) to stderr, or write it to FILE (.json for JSON)")
+    ap.add_argument("--emit-pdl", action="store_true",
+                    help="write the rule library as PDL patterns (mlir-opt parses them with the IRDL file) and exit")
     ap.add_argument("--summary", action="store_true",
                     help="print a one-line census of the result (taso ops, generic onnx ops, weights) to stderr")
     ap.add_argument("--no-verify-each", action="store_true", help="do not run the verifier after each pass")
@@ -87,6 +95,16 @@ def _main(argv: list[str]) -> int:
         _write_text(args.output, taso_irdl_text())
         return 0
 
+    if args.emit_pdl:
+        from taso_mlir.dialect.mlir import make_context
+        from taso_mlir.passes.pdl import emit_text
+        from taso_mlir.passes.taso_search import rewrites
+
+        with make_context():
+            text = emit_text(rewrites())
+        _write_text(args.output, text)
+        return 0
+
     # the pass list, in command-line order: our flags and upstream --<pass> flags
     steps: list[str] = []
     ours = set(args.passes or [])
@@ -100,6 +118,20 @@ def _main(argv: list[str]) -> int:
     if args.pass_pipeline and steps:
         raise TasoError("use either --pass-pipeline or pass flags, not both")
     pipeline = args.pass_pipeline or (f"builtin.module({','.join(steps)})" if steps else None)
+    searching = bool(pipeline) and re.search(r"(^|[(,])\s*taso-search\b", pipeline) is not None
+    if args.taso_report and not searching:
+        raise TasoError("--taso-report needs the taso-search pass")
+    if searching:
+        extra_opts = []
+        if args.taso_report:
+            extra_opts.append(f"report={args.taso_report}")
+        if sys.stderr.isatty():
+            extra_opts.append("progress=true")
+        if extra_opts:
+            pipeline = _add_search_options(pipeline, extra_opts)
+    if searching and not args.no_verify_numerics and _in_kind(args.input) == "onnx" \
+            and _out_kind(args.output, args.emit_bytecode) == "onnx":
+        args.verify_numerics = True  # an optimized model is checked against its input by default
 
     in_path, out_path = args.input, args.output
     if out_path != "-" and in_path != "-" and os.path.exists(out_path) and os.path.exists(in_path) \
@@ -169,6 +201,15 @@ def _main(argv: list[str]) -> int:
     for line in args.summary_lines:
         sys.stderr.write(line)
     return cli.EXIT_ERROR if failures else 0
+
+
+def _add_search_options(pipeline: str, opts: list) -> str:
+    """Add options to every taso-search element of a textual pipeline (keeping its own)."""
+    def sub(m):
+        inner = m.group(2)
+        return m.group(1) + "taso-search{" + " ".join(([inner] if inner else []) + opts) + "}"
+
+    return re.sub(r"(^|[(,]\s*)taso-search(?:\{([^}]*)\})?", sub, pipeline)
 
 
 def _line_offset(chunks, i) -> int:

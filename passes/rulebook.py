@@ -1,0 +1,271 @@
+"""The verified rules as rewrites, and the one check of a rule at a site.
+
+A *rewrite* is a proved rule of the library (``generator/rules.jsonl``) in one of its usable
+directions: ``src -> dst`` for "forward", ``dst -> src`` for "backward". Rewrite ids are the rule id
+with a direction suffix (``R0091f``, ``R0091b``).
+
+A *site* is an assignment of the rewrite's source ops to operations of a graph. Two graph views
+use the same check, :func:`check_site`:
+
+- the search's in-memory graph (``passes/tgraph.py``), which finds sites by its own matcher, and
+- the MLIR module, where the emitted PDL pattern finds the site and its native constraint calls
+  ``check_site`` on the matched operations (``passes/pdl.py``).
+
+The check is what makes an application sound; it is every precondition the rules file states:
+
+1. the ops have the rule's kinds and operand structure (up to the commutativity of ewadd and ewmul),
+   distinct ops for distinct rule ops, and no bias operand on a convolution;
+2. every attribute equals the rule's, with the rule's symbolic attributes (split sizes, constant
+   shapes, ``pads="same"``, ``group="grouped"``) resolved at the site's shapes, and spec defaults for
+   attributes the rule does not name (so dilations are 1);
+3. elementwise operands have equal shapes (no broadcasting), the element type is a float type;
+4. an input variable has the rank it had in the generator, unless every op of the rule is
+   rank-polymorphic (elementwise), since axes (concat, split, transpose, matmul) are absolute;
+5. every result of a matched op that is used outside the match is a mapped output;
+6. the target type-checks at the site's shapes and gives the source outputs' shapes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional
+
+from taso_mlir.dialect import specs
+from taso_mlir.generator import graph as G
+from taso_mlir.generator import library
+
+#: ops whose meaning does not depend on the rank of their operands
+RANK_POLYMORPHIC = frozenset({"ewadd", "ewmul", "smul", "relu", "const_iewmul"})
+COMMUTATIVE = frozenset(library.COMMUTATIVE)
+FLOAT_TYPES = frozenset({"f16", "bf16", "f32", "f64"})
+
+
+@dataclass
+class Rewrite:
+    id: str  # rule id + "f" (forward) or "b" (backward)
+    rule_id: str
+    src: G.Graph
+    dst: G.Graph
+    gen_ranks: dict  # input variable -> rank in the generator
+    rank_free: bool  # every op is rank-polymorphic
+    proof: dict
+    #: per source op: the refs of its results that are outputs of src (with the output index)
+    out_index: dict = field(default_factory=dict)  # ref -> output position
+    kinds: frozenset = frozenset()
+    #: PDL can express it (see emittable())
+    why_not_emitted: str = ""
+
+    @property
+    def text(self) -> str:
+        return f"{self.src.text()}  =>  {self.dst.text()}"
+
+
+def _make(rid: str, direction: str, record: dict, src: G.Graph, dst: G.Graph) -> Rewrite:
+    ranks = {v: len(shape) for v, (shape, _kind) in record["inputs"].items()}
+    rank_free = all(op.name in RANK_POLYMORPHIC for op in src.ops + dst.ops)
+    rw = Rewrite(f"{rid}{direction[0]}", rid, src, dst, ranks, rank_free, record["proof"])
+    rw.out_index = {r: i for i, r in enumerate(src.outputs)}
+    rw.kinds = frozenset(op.name for op in src.ops)
+    rw.why_not_emitted = _why_not(src, dst)
+    return rw
+
+
+def _why_not(src: G.Graph, dst: G.Graph) -> str:
+    """Why a rewrite cannot be a PDL pattern (and therefore is not offered to the search)."""
+    if any(not r.startswith("%") for r in src.outputs):
+        return "a source output is an input variable (nothing to replace)"
+    if not _connected(src):
+        return "the source ops share no value (a PDL pattern must be connected)"
+    if len(set(src.outputs)) != len(src.outputs):
+        return "a source output is mapped twice"
+    for k, op in enumerate(src.ops):
+        refs = [G.op_ref(k, j, op.num_results) for j in range(op.num_results)]
+        mapped = [r in src.outputs for r in refs]
+        if any(mapped) and not all(mapped):
+            return "a source op has mapped and unmapped results (PDL replaces all results of an op)"
+    return ""
+
+
+def _connected(g: G.Graph) -> bool:
+    """The ops are connected through shared operands or internal edges."""
+    parent = list(range(len(g.ops)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first_user: dict = {}
+    for k, op in enumerate(g.ops):
+        for r in op.operands:
+            p = G.parse_ref(r)
+            other = p[0] if p is not None else first_user.setdefault(r, k)
+            parent[find(k)] = find(other)
+    return len({find(k) for k in range(len(g.ops))}) <= 1
+
+
+def load(path=None, status: str = "proved") -> list[Rewrite]:
+    """Every usable direction of every rule with the given proof status, in file order."""
+    out = []
+    for record, src, dst in library.rules(path, status):
+        for direction in record["directions"]:
+            a, b = (src, dst) if direction == "forward" else (dst, src)
+            if library.usable(a, b):
+                out.append(_make(record["id"], direction, record, a, b))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the site check, over an abstract graph view
+
+
+class View:
+    """What the check needs to know about a graph. ``op`` and ``value`` handles are opaque."""
+
+    def kind(self, op) -> Optional[str]:  # taso op name without prefix; None for other ops
+        raise NotImplementedError
+
+    def operands(self, op) -> tuple:
+        raise NotImplementedError
+
+    def num_results(self, op) -> int:
+        raise NotImplementedError
+
+    def result(self, op, j: int):
+        raise NotImplementedError
+
+    def producer(self, value) -> Optional[tuple[Any, int]]:  # (op, result index) or None (argument)
+        raise NotImplementedError
+
+    def attrs(self, op) -> dict:  # complete spec attributes (defaults filled), list values as tuples
+        raise NotImplementedError
+
+    def shape(self, value) -> Optional[tuple]:
+        raise NotImplementedError
+
+    def dtype(self, value) -> str:
+        raise NotImplementedError
+
+    def users(self, value) -> Iterable:  # ops using the value (an op once per use); None = a graph output
+        raise NotImplementedError
+
+    def same_op(self, a, b) -> bool:
+        return a == b
+
+
+def operand_orders(kind: str, operands: tuple) -> list[tuple]:
+    if kind in COMMUTATIVE and len(operands) == 2 and operands[0] != operands[1]:
+        return [operands, (operands[1], operands[0])]
+    return [operands]
+
+
+def bind_ops(rw: Rewrite, view: View, ops: list) -> Optional[dict]:
+    """The variable binding of the source ops ``ops`` (in rule order), or None if they do not have
+    the rule's operand structure. Used where the ops were found by another matcher (PDL)."""
+    for i in range(len(ops)):
+        for j in range(i):
+            if view.same_op(ops[i], ops[j]):
+                return None
+    choices = []
+    for k, rop in enumerate(rw.src.ops):
+        if view.kind(ops[k]) != rop.name or view.num_results(ops[k]) != rop.num_results:
+            return None
+        operands = view.operands(ops[k])
+        if len(operands) != len(rop.operands):
+            return None
+        choices.append(operand_orders(rop.name, operands))
+    for combo in itertools.product(*choices):
+        b = _unify(rw, view, ops, combo)
+        if b is not None:
+            return b
+    return None
+
+
+def _unify(rw: Rewrite, view: View, ops: list, combo) -> Optional[dict]:
+    b: dict = {}
+    for k, rop in enumerate(rw.src.ops):
+        for ref, v in zip(rop.operands, combo[k]):
+            p = G.parse_ref(ref)
+            if p is None:
+                if ref in b:
+                    if b[ref] != v:
+                        return None
+                else:
+                    b[ref] = v
+            else:
+                prod = view.producer(v)
+                if prod is None or not view.same_op(prod[0], ops[p[0]]) or prod[1] != p[1]:
+                    return None
+    # distinct variables may bind the same value (x + x matches x1 + x2); that is sound
+    return b
+
+
+def check_site(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
+    """None if ``rw`` applies at the site (source op k is ``ops[k]``, variable v is ``b[v]``), else
+    why not (a short reason, for reports and tests)."""
+    shapes: dict = {}
+    for v, val in b.items():
+        s = view.shape(val)
+        if s is None:
+            return f"{v} has no static shape"
+        if not rw.rank_free and len(s) != rw.gen_ranks[v]:
+            return f"{v} has rank {len(s)}, the rule's axes are for rank {rw.gen_ranks[v]}"
+        if view.dtype(val) not in FLOAT_TYPES:
+            return f"{v} is {view.dtype(val)}, rules are proved over real numbers"
+        shapes[v] = tuple(s)
+    try:
+        src_shapes = G.infer(rw.src, shapes)
+    except specs.SpecError as e:
+        return f"source does not type-check: {e}"
+    for k, rop in enumerate(rw.src.ops):
+        a, hint = G.spec_attrs(rop, src_shapes)
+        want = specs.spec(rop.name).complete_attrs(a)
+        want = {n: tuple(x) if isinstance(x, (list, tuple)) else x for n, x in want.items()}
+        have = view.attrs(ops[k])
+        if want != have:
+            diff = sorted(n for n in set(want) | set(have) if want.get(n) != have.get(n))
+            return f"{rop.name} attribute {diff[0]} differs"
+        for j in range(rop.num_results):
+            r = G.op_ref(k, j, rop.num_results)
+            if tuple(view.shape(view.result(ops[k], j)) or ()) != src_shapes[r]:
+                return f"{rop.name} result shape differs"
+    # external uses
+    for k, rop in enumerate(rw.src.ops):
+        for j in range(rop.num_results):
+            r = G.op_ref(k, j, rop.num_results)
+            if r in rw.out_index:
+                continue
+            for u in view.users(view.result(ops[k], j)):
+                if u is None or not any(view.same_op(u, o) for o in ops):
+                    return f"result {r} is used outside the match and is not a mapped output"
+    try:
+        dst_shapes = G.infer(rw.dst, shapes)
+    except specs.SpecError as e:
+        return f"target does not type-check: {e}"
+    for rs, rd in zip(rw.src.outputs, rw.dst.outputs):
+        if dst_shapes[rd] != src_shapes[rs]:
+            return "target output shape differs"
+    return None
+
+
+def dst_op_attrs(rw: Rewrite, shapes: dict) -> list[tuple[dict, list[tuple]]]:
+    """Per target op: its complete concrete attributes and its result shapes, at the site's
+    variable shapes (``shapes``: variable -> shape)."""
+    all_shapes = G.infer(rw.dst, shapes)
+    out = []
+    for k, op in enumerate(rw.dst.ops):
+        a, _hint = G.spec_attrs(op, all_shapes)
+        full = specs.spec(op.name).complete_attrs(a)
+        full = {n: tuple(x) if isinstance(x, (list, tuple)) else x for n, x in full.items()}
+        outs = [all_shapes[G.op_ref(k, j, op.num_results)] for j in range(op.num_results)]
+        out.append((full, outs))
+    return out
+
+
+def kinds_ok(rw: Rewrite, present: set) -> bool:
+    return rw.kinds <= present
+
+
+Checker = Callable[[Rewrite, View, list, dict], Optional[str]]

@@ -1,0 +1,219 @@
+"""The ``taso-search`` pass: cost-based backtracking search with the verified rules, applied as PDL.
+
+For every function: build the in-memory graph (``tgraph``), search it (``search``), then replay the
+best graph's rewrites on the IR with the emitted PDL patterns at the chosen sites (``pdl.Replayer``),
+check that the IR now has exactly the structure the search scored, fold the ops that compute only
+from weights into new weights, and remove dead ops. ``report`` writes what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict
+from typing import Optional
+
+import numpy as np
+
+from taso_mlir.dialect import specs
+from taso_mlir.dialect.errors import TasoError
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.ops import create_taso_op, dense_array, function_dce, taso_attrs
+
+from . import pdl as P
+from . import rulebook as RB
+from . import search as S
+from . import tgraph as T
+from .cost import get_cost_model
+
+_REWRITES: dict = {}
+#: the report of the last run in this process (taso-bench reads it)
+LAST_REPORT: Optional[dict] = None
+
+
+def rewrites(path: Optional[str] = None) -> list:
+    key = path or ""
+    if key not in _REWRITES:
+        try:
+            _REWRITES[key] = S.usable_rewrites(RB.load(path))
+        except ValueError as e:  # library.LibraryError
+            raise TasoError(str(e)) from None
+    return _REWRITES[key]
+
+
+def run(module_op: ir.Operation, opts: dict) -> dict:
+    with module_op.context, ir.Location.unknown(module_op.context):
+        return _run(module_op, opts)
+
+
+def _run(module_op: ir.Operation, opts: dict) -> dict:
+    global LAST_REPORT
+    t0 = time.monotonic()
+    rws = rewrites(opts.get("rules") or None)
+    by_id = {rw.id: rw for rw in rws}
+    cm = get_cost_model(opts.get("cost-model", "analytic"))
+    builder = T.Builder(cm)
+    sopts = S.Options(alpha=opts.get("alpha", 1.05), budget=opts.get("budget", 100),
+                      timeout=opts.get("timeout", 30.0), window=opts.get("window", 120))
+    report = {"cost_model": cm.name, "rules": len(rws), "options": asdict(sopts), "functions": []}
+    replayer = P.Replayer(rws)
+    try:
+        for f in list(module_op.regions[0].blocks[0].operations):
+            f = f.operation
+            if f.name != "func.func" or not len(f.regions[0].blocks):
+                continue
+            report["functions"].append(_run_function(f, rws, by_id, builder, sopts, replayer, opts))
+    finally:
+        cm.close()
+    report["time_s"] = round(time.monotonic() - t0, 3)
+    fr = report["functions"]
+    report["cost_before_ms"] = sum(x["cost_before_ms"] for x in fr)
+    report["cost_after_ms"] = sum(x["cost_after_ms"] for x in fr)
+    report["applied"] = dict(sum((Counter(x["applied"]) for x in fr), Counter()).most_common())
+    report["estimated_costs"] = getattr(cm, "estimated", 0)
+    LAST_REPORT = report
+    dest = opts.get("report", "")
+    if dest:
+        _write_report(report, dest)
+    return report
+
+
+def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
+    name = ir.StringAttr(f.attributes["sym_name"]).value
+    g0, mops = T.from_function(f, builder)
+    tick = time.monotonic()
+
+    def progress(i, n, cost):
+        sys.stderr.write(f"\rtaso-search @{name}: window {i}/{n}, cost {cost:.4g} ms")
+        if i == n:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    best, stats = S.search(g0, rws, builder, sopts, progress if opts.get("progress") else None)
+    search_s = time.monotonic() - tick
+    # replay on the IR with the PDL patterns
+    tick = time.monotonic()
+    op_of = dict(enumerate(mops))
+    for rid, matched, made in best.history:
+        created = replayer.apply(f, by_id[rid], [op_of[n] for n in matched])
+        for nid, op in zip(made, created):
+            op_of[nid] = op
+    function_dce(f)
+    if best.history:
+        g_ir, _ = T.from_function(f, builder)
+        if T.structure(g_ir) != T.structure(best):
+            raise TasoError(f"internal error: @{name}: the IR after the PDL rewrites differs from the graph "
+                            "the search chose")
+    folded = fold_weights(f)
+    function_dce(f)
+    replay_s = time.monotonic() - tick
+    return {
+        "function": name,
+        "ops_before": g0.num_ops, "ops_after": best.num_ops,
+        "cost_before_ms": g0.cost, "cost_after_ms": best.cost,
+        "applied": dict(Counter(h[0] for h in best.history).most_common()),
+        "rewrites_applied": len(best.history),
+        "graphs_popped": stats.popped, "graphs_generated": stats.generated, "duplicates": stats.duplicates,
+        "windows": stats.windows, "windows_skipped": stats.windows_skipped, "timed_out": stats.timed_out,
+        "rejected_sites": dict(stats.rejected.most_common(8)),
+        "weights_folded": folded,
+        "search_s": round(search_s, 3), "replay_s": round(replay_s, 3),
+    }
+
+
+def fold_weights(f: ir.Operation) -> int:
+    """Replace every taso op whose operands are all weights or constants by a weight holding its
+    value (computed with the reference semantics). Returns the number of ops folded."""
+    block = f.regions[0].blocks[0]
+    names = set()
+    values: dict = {}  # ir.Value -> np.ndarray, for weight-like values
+    ops = [o.operation for o in block.operations]
+    for op in ops:
+        if op.name == "taso.weight":
+            names.add(ir.StringAttr(op.attributes["name"]).value)
+    folded = 0
+    for op in ops:
+        if not op.name.startswith("taso."):
+            continue
+        kind = op.name[5:]
+        if kind == "weight":
+            values[op.results[0]] = None  # read on demand
+            continue
+        if kind in specs.CONSTANTS:
+            values[op.results[0]] = None
+            continue
+        if not len(op.operands) or any(v not in values for v in op.operands):
+            continue
+        ins = [_value(v, values) for v in op.operands]
+        attrs = {k: v for k, v in taso_attrs(op).items()}
+        outs = specs.evaluate(kind, ins, attrs, [tuple(ir.RankedTensorType(r.type).shape) for r in op.results])
+        for r, arr in zip(op.results, outs):
+            i = len(names)
+            while f"taso_folded_{i}" in names:
+                i += 1
+            wname = f"taso_folded_{i}"
+            names.add(wname)
+            et = ir.RankedTensorType(r.type).element_type
+            arr = np.ascontiguousarray(np.asarray(arr, dtype=_np_dtype(et)).reshape(ir.RankedTensorType(r.type).shape))
+            attr = ir.DenseElementsAttr.get(arr, type=r.type)
+            with ir.InsertionPoint(op):
+                w = create_taso_op("weight", [], [r.type], {}, loc=op.location,
+                                   extra={"name": ir.StringAttr.get(wname), "value": attr})
+            r.replace_all_uses_with(w.results[0])
+            values[w.results[0]] = arr
+        folded += 1
+    return folded
+
+
+def _np_dtype(et) -> np.dtype:
+    s = str(et)
+    return {"f32": np.float32, "f64": np.float64, "f16": np.float16}.get(s, np.float32)
+
+
+def _value(v: ir.Value, values: dict) -> np.ndarray:
+    arr = values.get(v)
+    if arr is None:
+        op = v.owner.operation if hasattr(v.owner, "operation") else v.owner
+        et = ir.RankedTensorType(v.type).element_type
+        if op.name == "taso.weight":
+            arr = dense_array(op.attributes["value"])
+        else:
+            arr = specs.constant(op.name, tuple(ir.RankedTensorType(v.type).shape), _np_dtype(et))
+        values[v] = arr
+    return arr
+
+
+def format_report(rep: dict) -> str:
+    L = [f"taso-search: cost model {rep['cost_model']}, {rep['rules']} rewrites (proved rules, both "
+         f"usable directions), alpha {rep['options']['alpha']}, budget {rep['options']['budget']} per window"]
+    for fr in rep["functions"]:
+        before, after = fr["cost_before_ms"], fr["cost_after_ms"]
+        red = 100.0 * (before - after) / before if before else 0.0
+        L.append(f"  @{fr['function']}: cost {before:.4g} -> {after:.4g} ms ({red:.1f}% less), ops "
+                 f"{fr['ops_before']} -> {fr['ops_after']}, {fr['rewrites_applied']} rewrites applied, "
+                 f"{fr['graphs_popped']} graphs explored ({fr['graphs_generated']} generated, "
+                 f"{fr['duplicates']} duplicates) in {fr['windows']} window(s), search {fr['search_s']} s, "
+                 f"PDL replay and folding {fr['replay_s']} s, {fr['weights_folded']} weight ops folded"
+                 + (", TIMED OUT (best so far kept)" if fr["timed_out"] else ""))
+        if fr["applied"]:
+            L.append("    rules applied: " + ", ".join(f"{k} x{v}" for k, v in fr["applied"].items()))
+    if rep.get("estimated_costs"):
+        L.append(f"  {rep['estimated_costs']} op signatures had no measurement and were estimated analytically")
+    L.append(f"  total time {rep['time_s']} s")
+    return "\n".join(L) + "\n"
+
+
+def _write_report(rep: dict, dest: str) -> None:
+    text = format_report(rep)
+    if dest in ("-", "stderr"):
+        sys.stderr.write(text)
+        return
+    from taso_mlir.dialect.onnx_export import write_atomic
+
+    if dest.endswith(".json"):
+        data = (json.dumps(rep, indent=1, sort_keys=True) + "\n").encode()
+    else:
+        data = text.encode()
+    write_atomic(dest, lambda f: f.write(data))

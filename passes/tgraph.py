@@ -1,0 +1,430 @@
+"""The search's in-memory graph: a persistent (copy-on-write) dataflow graph of one function.
+
+Nodes are the function's arguments, its ops (``taso`` ops by kind; anything else is an opaque node
+the rules never match) and the values the function returns. A rewrite makes a new graph that shares
+every untouched node with its parent, so a search can hold thousands of graphs.
+
+Each node has a *name* for deduplication: an original op is named by its position in the function,
+an op a rewrite created is named by its structure (kind, attributes, operand names). The graph key
+is a sum over nodes of (name, operand names), so two rewrite orders that reach the same graph give
+the same key, and the key is updated in O(size of the rewrite).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from taso_mlir.dialect import specs
+from taso_mlir.dialect.errors import TasoError
+from taso_mlir.generator import graph as G
+
+from . import rulebook as RB
+from .cost import OpSig
+
+MASK = (1 << 64) - 1
+Value = tuple  # (node id, result index)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    kind: str  # taso op kind, "arg", or "other:<op name>" (opaque)
+    attrs: tuple  # sorted complete attributes (taso ops), () otherwise
+    operands: tuple  # of Value
+    shapes: tuple  # result shapes (None where not static)
+    dtype: str
+    weight: bool  # computes only from weights and constants (folded before export)
+    name: int  # see module docstring
+    contrib: int  # this node's term in the graph key
+    cost: float
+
+    @property
+    def is_taso(self) -> bool:
+        return not (self.kind == "arg" or self.kind.startswith("other:"))
+
+
+def _h(x) -> int:
+    return hash(x) & MASK
+
+
+class TGraph:
+    __slots__ = ("nodes", "outputs", "next_id", "key", "cost", "num_ops", "_uses", "history", "parent")
+
+    def __init__(self, nodes: dict, outputs: tuple, next_id: int, key: int, cost: float, num_ops: int):
+        self.nodes = nodes
+        self.outputs = outputs
+        self.next_id = next_id
+        self.key = key
+        self.cost = cost
+        self.num_ops = num_ops
+        self._uses = None
+        self.history: tuple = ()  # ((rewrite id, matched node ids, new node ids), ...) from the original
+        self.parent = None
+
+    # ---- derived indexes (built once per graph, on demand) ----
+    def uses(self) -> dict:
+        """value -> list of (user node id or None for a function result)."""
+        if self._uses is None:
+            u: dict = {}
+            for nid, n in self.nodes.items():
+                for v in n.operands:
+                    u.setdefault(v, []).append(nid)
+            for v in self.outputs:
+                u.setdefault(v, []).append(None)
+            self._uses = u
+        return self._uses
+
+    def value_name(self, v: Value) -> tuple:
+        return (self.nodes[v[0]].name, v[1])
+
+
+def _contrib(name: int, operand_names: tuple) -> int:
+    return _h(("n", name, operand_names))
+
+
+def _out_key(names: tuple) -> int:
+    return _h(("out", names))
+
+
+class Builder:
+    """Makes nodes with their names, weight flags and costs."""
+
+    def __init__(self, cost_model):
+        self.cost_model = cost_model
+
+    def node(self, g_nodes: dict, kind: str, attrs: tuple, operands: tuple, shapes: tuple, dtype: str,
+             name: Optional[int] = None, weight: Optional[bool] = None) -> Node:
+        onames = tuple((g_nodes[v[0]].name, v[1]) for v in operands)
+        if name is None:
+            name = _h(("new", kind, attrs, onames))
+        if weight is None:
+            weight = kind in specs.CONSTANTS or kind == "weight" or (
+                kind != "arg" and not kind.startswith("other:") and bool(operands)
+                and all(g_nodes[v[0]].weight for v in operands))
+        cost = 0.0
+        if kind != "arg":
+            sig = OpSig(kind.removeprefix("other:"), attrs,
+                        tuple(g_nodes[v[0]].shapes[v[1]] or () for v in operands),
+                        tuple(s or () for s in shapes), dtype, weight)
+            cost = self.cost_model.cost(sig)
+        return Node(kind, attrs, operands, shapes, dtype, weight, name, _contrib(name, onames), cost)
+
+
+def _attrs_tuple(d: dict) -> tuple:
+    return tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in d.items()))
+
+
+# ---------------------------------------------------------------------------------------------
+# the view the site check reads
+
+
+class GraphView(RB.View):
+    def __init__(self, g: TGraph):
+        self.g = g
+
+    def kind(self, op):
+        k = self.g.nodes[op].kind
+        return k if self.g.nodes[op].is_taso else None
+
+    def operands(self, op):
+        return self.g.nodes[op].operands
+
+    def num_results(self, op):
+        return len(self.g.nodes[op].shapes)
+
+    def result(self, op, j):
+        return (op, j)
+
+    def producer(self, value):
+        return None if self.g.nodes[value[0]].kind == "arg" else value
+
+    def attrs(self, op):
+        return dict(self.g.nodes[op].attrs)
+
+    def shape(self, value):
+        return self.g.nodes[value[0]].shapes[value[1]]
+
+    def dtype(self, value):
+        return self.g.nodes[value[0]].dtype
+
+    def users(self, value):
+        return self.g.uses().get(value, ())
+
+
+# ---------------------------------------------------------------------------------------------
+# matching
+
+
+class Index:
+    """Per graph: eligible nodes by kind (the window of the search)."""
+
+    def __init__(self, g: TGraph, eligible):
+        self.by_kind: dict = {}
+        for nid, n in g.nodes.items():
+            if n.is_taso and eligible(nid):
+                self.by_kind.setdefault(n.kind, []).append(nid)
+        self.eligible = eligible
+
+
+def matches(rw: RB.Rewrite, g: TGraph, index: Index):
+    """Yield (ops, binding) for every structural match of rw's source in g's eligible nodes.
+    The site check is separate (``check``)."""
+    src = rw.src.ops
+    last = len(src) - 1
+    uses = g.uses()
+    nodes = g.nodes
+
+    def candidates_for(k, m, order):
+        # determined: op k produces an operand of a matched op
+        for i, nid in m.items():
+            for ref, v in zip(src[i].operands, order[i]):
+                p = G.parse_ref(ref)
+                if p is not None and p[0] == k:
+                    return [v[0]] if v[1] == p[1] else []
+        # reached from a bound value: a user of it
+        for ref in src[k].operands:
+            p = G.parse_ref(ref)
+            v = None
+            if p is None:
+                v = b_stack[-1].get(ref)
+            elif p[0] in m:
+                v = (m[p[0]], p[1])
+            if v is not None:
+                return sorted({u for u in uses.get(v, ()) if u is not None})
+        return index.by_kind.get(src[k].name, [])
+
+    b_stack = [{}]
+
+    def solve(m: dict, order: dict):
+        if len(m) == len(src):
+            yield [m[k] for k in range(len(src))], dict(b_stack[-1])
+            return
+        # next op: a determined one first, else the highest index unmatched
+        k = None
+        for i in range(len(src) - 1, -1, -1):
+            if i in m:
+                continue
+            for j in m:
+                if any((G.parse_ref(r) or (None,))[0] == i for r in src[j].operands):
+                    k = i
+                    break
+            if k is not None:
+                break
+        if k is None:
+            k = max(i for i in range(len(src)) if i not in m)
+        rop = src[k]
+        for nid in candidates_for(k, m, order):
+            n = nodes.get(nid)
+            if (n is None or n.kind != rop.name or not index.eligible(nid) or nid in m.values()
+                    or len(n.operands) != len(rop.operands) or len(n.shapes) != rop.num_results):
+                continue
+            for ops_order in RB.operand_orders(rop.name, n.operands):
+                b = dict(b_stack[-1])
+                ok = True
+                for ref, v in zip(rop.operands, ops_order):
+                    p = G.parse_ref(ref)
+                    if p is None:
+                        if b.setdefault(ref, v) != v:
+                            ok = False
+                            break
+                    elif p[0] in m:
+                        if v != (m[p[0]], p[1]):
+                            ok = False
+                            break
+                    else:
+                        pn = nodes[v[0]]
+                        if pn.kind != src[p[0]].name or v[1] != p[1]:
+                            ok = False
+                            break
+                if not ok:
+                    continue
+                # users of this op's results that are matched ops must use them as the rule says
+                m2 = dict(m)
+                m2[k] = nid
+                o2 = dict(order)
+                o2[k] = ops_order
+                if not _consistent(src, m2, o2):
+                    continue
+                b_stack.append(b)
+                yield from solve(m2, o2)
+                b_stack.pop()
+
+    del last
+    yield from solve({}, {})
+
+
+def _consistent(src, m, order) -> bool:
+    for i, nid in m.items():
+        for ref, v in zip(src[i].operands, order[i]):
+            p = G.parse_ref(ref)
+            if p is not None and p[0] in m and v != (m[p[0]], p[1]):
+                return False
+    return True
+
+
+def check(rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> Optional[str]:
+    why = RB.check_site(rw, GraphView(g), ops, b)
+    if why is None and len(rw.src.outputs) > 1 and _creates_cycle(g, ops, b):
+        why = "the rewrite would create a cycle"
+    return why
+
+
+def _creates_cycle(g: TGraph, ops: list, b: dict) -> bool:
+    """A multi-output rewrite merges ops: a cycle appears if a variable depends on a matched op."""
+    matched = set(ops)
+    stack = [v[0] for v in b.values()]
+    seen = set()
+    while stack:
+        nid = stack.pop()
+        if nid in matched:
+            return True
+        if nid in seen:
+            continue
+        seen.add(nid)
+        stack.extend(v[0] for v in g.nodes[nid].operands)
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# applying a rewrite
+
+
+def apply(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> TGraph:
+    nodes = dict(g.nodes)
+    key, cost = g.key, g.cost
+    shapes = {v: tuple(g.nodes[val[0]].shapes[val[1]]) for v, val in b.items()}
+    dtype = g.nodes[ops[-1]].dtype
+    made = []
+    ref_val: dict = dict(b)
+    nid = g.next_id
+    for k, ((attrs, outs), rop) in enumerate(zip(RB.dst_op_attrs(rw, shapes), rw.dst.ops)):
+        operands = tuple(ref_val[r] if G.parse_ref(r) is None else ref_val[r] for r in rop.operands)
+        n = builder.node(nodes, rop.name, _attrs_tuple(attrs), operands, tuple(outs), dtype)
+        nodes[nid] = n
+        key = (key + n.contrib) & MASK
+        cost += n.cost
+        made.append(nid)
+        for j in range(rop.num_results):
+            ref_val[G.op_ref(k, j, rop.num_results)] = (nid, j)
+        nid += 1
+    repl = {(ops[p[0]], p[1]): ref_val[rd]
+            for rs, rd in zip(rw.src.outputs, rw.dst.outputs) for p in [G.parse_ref(rs)]}
+    for m in ops:
+        n = nodes.pop(m)
+        key = (key - n.contrib) & MASK
+        cost -= n.cost
+    uses = g.uses()
+    outputs = g.outputs
+    todo = []
+    for old, new in repl.items():
+        for u in uses.get(old, ()):
+            if u is None:
+                continue
+            if u not in todo and u in nodes:
+                todo.append(u)
+    if any(v in repl for v in outputs):
+        okey = _out_key(tuple(g.value_name(v) for v in outputs))
+        outputs = tuple(repl.get(v, v) for v in outputs)
+        key = (key - okey + _out_key(tuple((nodes[v[0]].name, v[1]) for v in outputs))) & MASK
+    # rewire users; a user whose weight flag changes passes the change on
+    while todo:
+        u = todo.pop(0)
+        n = nodes[u]
+        operands = tuple(repl.get(v, v) for v in n.operands)
+        nn = builder.node(nodes, n.kind, n.attrs, operands, n.shapes, n.dtype, name=n.name)
+        if nn.weight != n.weight:
+            for j in range(len(n.shapes)):
+                todo.extend(x for x in uses.get((u, j), ()) if x is not None and x not in todo)
+        nodes[u] = nn
+        key = (key - n.contrib + nn.contrib) & MASK
+        cost += nn.cost - n.cost
+    ng = TGraph(nodes, outputs, nid, key, cost, g.num_ops - len(ops) + len(made))
+    ng.history = g.history + ((rw.id, tuple(ops), tuple(made)),)
+    return ng
+
+
+# ---------------------------------------------------------------------------------------------
+# from MLIR
+
+
+def from_function(func_op, builder: Builder) -> tuple[TGraph, list]:
+    """The graph of a func.func body; also the list of MLIR ops by node id (arguments: None)."""
+    from taso_mlir.dialect.ops import elem_type, shape_of, taso_attrs
+
+    block = func_op.regions[0].blocks[0]
+    nodes: dict = {}
+    val_of: dict = {}
+    mlir_ops: list = []
+    key = 0
+    nid = 0
+    for i, arg in enumerate(block.arguments):
+        n = builder.node(nodes, "arg", (), (), (shape_of(arg),), str(elem_type(arg)), name=_h(("o", nid)),
+                         weight=False)
+        nodes[nid] = n
+        key = (key + n.contrib) & MASK
+        val_of[arg] = (nid, 0)
+        mlir_ops.append(None)
+        nid += 1
+    outputs = ()
+    num_ops = 0
+    for o in block.operations:
+        op = o.operation
+        if op.name == "func.return":
+            outputs = tuple(val_of[v] for v in op.operands)
+            continue
+        try:
+            operands = tuple(val_of[v] for v in op.operands)
+        except KeyError:
+            raise TasoError(f"{op.location}: an operand of '{op.name}' is not defined in the function body "
+                            "before it (nested regions are not supported)") from None
+        if op.name.startswith("taso."):
+            kind = op.name[5:]
+            a = taso_attrs(op)
+            if kind == "weight":
+                attrs = (("name", a["name"]),)
+            else:
+                attrs = _attrs_tuple(specs.spec(kind).complete_attrs(a))
+        else:
+            kind, attrs = "other:" + op.name, ()
+        shapes = tuple(shape_of(r) for r in op.results)
+        dtype = str(elem_type(op.results[0])) if len(op.results) else ""
+        n = builder.node(nodes, kind, attrs, operands, shapes, dtype, name=_h(("o", nid)))
+        nodes[nid] = n
+        key = (key + n.contrib) & MASK
+        for j, r in enumerate(op.results):
+            val_of[r] = (nid, j)
+        mlir_ops.append(op)
+        nid += 1
+        num_ops += 1
+    g = TGraph(nodes, outputs, nid, 0, 0.0, num_ops)
+    g.key = (key + _out_key(tuple(g.value_name(v) for v in outputs))) & MASK
+    g.cost = sum(n.cost for n in nodes.values())
+    return g, mlir_ops
+
+
+def structure(g: TGraph) -> tuple:
+    """A canonical structural form of the graph (independent of node ids and of how it was
+    reached): the sorted Merkle hashes of the values the function returns, plus the op census.
+    Two graphs with the same structure compute the same thing the same way."""
+    memo: dict = {}
+
+    def h(nid):
+        if nid not in memo:
+            n = g.nodes[nid]
+            if n.kind == "arg":
+                memo[nid] = _h(("arg", n.name))
+            else:
+                memo[nid] = _h((n.kind, n.attrs if n.kind != "weight" else n.attrs,
+                                tuple((h(v[0]), v[1]) for v in n.operands)))
+        return memo[nid]
+
+    import sys
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 10 * len(g.nodes) + 1000))
+    try:
+        outs = tuple((h(v[0]), v[1]) for v in g.outputs)
+    finally:
+        sys.setrecursionlimit(old)
+    live = set(memo)
+    census = tuple(sorted(__import__("collections").Counter(g.nodes[n].kind for n in live).items()))
+    return outs, census
