@@ -205,6 +205,11 @@ def _unify(rw: Rewrite, view: View, ops: list, combo) -> Optional[dict]:
 def check_site(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
     """None if ``rw`` applies at the site (source op k is ``ops[k]``, variable v is ``b[v]``), else
     why not (a short reason, for reports and tests)."""
+    return check_local(rw, view, ops, b) or check_uses(rw, view, ops)
+
+
+def check_local(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
+    """The preconditions that depend only on the site's shapes, types and attributes (1-4, 6)."""
     shapes: dict = {}
     for v, val in b.items():
         s = view.shape(val)
@@ -231,7 +236,11 @@ def check_site(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
             r = G.op_ref(k, j, rop.num_results)
             if tuple(view.shape(view.result(ops[k], j)) or ()) != src_shapes[r]:
                 return f"{rop.name} result shape differs"
-    # external uses
+    return check_target(rw, shapes, src_shapes)
+
+
+def check_uses(rw: Rewrite, view: View, ops: list) -> Optional[str]:
+    """Precondition 5: every result of a matched op used outside the match is a mapped output."""
     for k, rop in enumerate(rw.src.ops):
         for j in range(rop.num_results):
             r = G.op_ref(k, j, rop.num_results)
@@ -240,6 +249,10 @@ def check_site(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
             for u in view.users(view.result(ops[k], j)):
                 if u is None or not any(view.same_op(u, o) for o in ops):
                     return f"result {r} is used outside the match and is not a mapped output"
+    return None
+
+
+def check_target(rw: Rewrite, shapes: dict, src_shapes: dict) -> Optional[str]:
     try:
         dst_shapes = G.infer(rw.dst, shapes)
     except specs.SpecError as e:

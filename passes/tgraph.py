@@ -48,7 +48,7 @@ def _h(x) -> int:
 
 
 class TGraph:
-    __slots__ = ("nodes", "outputs", "next_id", "key", "cost", "num_ops", "_uses", "history", "parent")
+    __slots__ = ("nodes", "outputs", "next_id", "key", "cost", "num_ops", "_uses", "_ranks", "history", "parent")
 
     def __init__(self, nodes: dict, outputs: tuple, next_id: int, key: int, cost: float, num_ops: int):
         self.nodes = nodes
@@ -58,6 +58,7 @@ class TGraph:
         self.cost = cost
         self.num_ops = num_ops
         self._uses = None
+        self._ranks = None
         self.history: tuple = ()  # ((rewrite id, matched node ids, new node ids), ...) from the original
         self.parent = None
 
@@ -73,6 +74,26 @@ class TGraph:
                 u.setdefault(v, []).append(None)
             self._uses = u
         return self._uses
+
+    def ranks(self) -> dict:
+        """node id -> position in a topological order (built once per graph, on demand)."""
+        if self._ranks is None:
+            nodes, rank = self.nodes, {}
+            for root in nodes:
+                if root in rank:
+                    continue
+                stack = [(root, False)]
+                while stack:
+                    nid, expanded = stack.pop()
+                    if nid in rank:
+                        continue
+                    if expanded:
+                        rank[nid] = len(rank)
+                        continue
+                    stack.append((nid, True))
+                    stack.extend((v[0], False) for v in nodes[nid].operands if v[0] not in rank)
+            self._ranks = rank
+        return self._ranks
 
     def value_name(self, v: Value) -> tuple:
         return (self.nodes[v[0]].name, v[1])
@@ -166,127 +187,167 @@ class Index:
         self.eligible = eligible
 
 
+def _plan(rw: RB.Rewrite, anchor: int) -> tuple:
+    """The order in which ``matches`` finds the source ops, computed once per rewrite: each step is
+    (op index, how, info) with how "producer" (info: matched op i, operand position p), "user"
+    (info: a variable name or an (op, result) pair already bound) or "anchor" (every op of the kind)."""
+    plans = rw.__dict__.setdefault("_plans", {})
+    if anchor in plans:
+        return plans[anchor]
+    src = rw.src.ops
+    refs = [tuple((r, G.parse_ref(r)) for r in op.operands) for op in src]
+    done: list = []
+    bound_vars: set = set()
+    steps = []
+    while len(done) < len(src):
+        step = None
+        for i in done:  # a producer of a matched op's operand
+            for pos, (_r, pr) in enumerate(refs[i]):
+                if pr is not None and pr[0] not in done:
+                    step = (pr[0], "producer", (i, pos))
+                    break
+            if step:
+                break
+        if step is None:
+            for k in range(len(src) - 1, -1, -1):  # a user of a bound value
+                if k in done:
+                    continue
+                for r, pr in refs[k]:
+                    if pr is None and r in bound_vars:
+                        step = (k, "user", r)
+                    elif pr is not None and pr[0] in done:
+                        step = (k, "user", pr)
+                    if step:
+                        break
+                if step:
+                    break
+        if step is None:
+            first = anchor if anchor not in done else max(k for k in range(len(src)) if k not in done)
+            step = (first, "anchor", None)
+        done.append(step[0])
+        bound_vars |= {r for r, pr in refs[step[0]] if pr is None}
+        steps.append(step)
+    plans[anchor] = (tuple(steps), tuple(refs))
+    return plans[anchor]
+
+
 def matches(rw: RB.Rewrite, g: TGraph, index: Index):
     """Yield (ops, binding) for every structural match of rw's source in g's eligible nodes.
     The site check is separate (``check``)."""
     src = rw.src.ops
-    last = len(src) - 1
+    # anchor at the source op whose kind is rarest in the window
+    by_kind = index.by_kind
+    anchor = min(range(len(src)), key=lambda k: (len(by_kind.get(src[k].name, ())), -k))
+    steps, refs = _plan(rw, anchor)
+    n_ops = len(src)
     uses = g.uses()
     nodes = g.nodes
+    eligible = index.eligible
+    m: dict = {}
+    order: dict = {}
 
-    def candidates_for(k, m, order):
-        # determined: op k produces an operand of a matched op
-        for i, nid in m.items():
-            for ref, v in zip(src[i].operands, order[i]):
-                p = G.parse_ref(ref)
-                if p is not None and p[0] == k:
-                    return [v[0]] if v[1] == p[1] else []
-        # reached from a bound value: a user of it
-        for ref in src[k].operands:
-            p = G.parse_ref(ref)
-            v = None
-            if p is None:
-                v = b_stack[-1].get(ref)
-            elif p[0] in m:
-                v = (m[p[0]], p[1])
-            if v is not None:
-                return sorted({u for u in uses.get(v, ()) if u is not None})
-        return index.by_kind.get(src[k].name, [])
-
-    b_stack = [{}]
-
-    def solve(m: dict, order: dict):
-        if len(m) == len(src):
-            yield [m[k] for k in range(len(src))], dict(b_stack[-1])
+    def solve(si: int, b: dict):
+        if si == n_ops:
+            yield [m[k] for k in range(n_ops)], b
             return
-        # next op: a determined one first, else the highest index unmatched
-        k = None
-        for i in range(len(src) - 1, -1, -1):
-            if i in m:
-                continue
-            for j in m:
-                if any((G.parse_ref(r) or (None,))[0] == i for r in src[j].operands):
-                    k = i
-                    break
-            if k is not None:
-                break
-        if k is None:
-            k = max(i for i in range(len(src)) if i not in m)
+        k, how, info = steps[si]
         rop = src[k]
-        for nid in candidates_for(k, m, order):
+        if how == "producer":
+            i, pos = info
+            v = order[i][pos]
+            if v[1] != refs[i][pos][1][1]:
+                return
+            cands = (v[0],)
+        elif how == "user":
+            v = b[info] if isinstance(info, str) else (m[info[0]], info[1])
+            cands = sorted({u for u in uses.get(v, ()) if u is not None})
+        else:
+            cands = index.by_kind.get(rop.name, ())
+        used = m.values()
+        for nid in cands:
             n = nodes.get(nid)
-            if (n is None or n.kind != rop.name or not index.eligible(nid) or nid in m.values()
+            if (n is None or n.kind != rop.name or nid in used or (how != "anchor" and not eligible(nid))
                     or len(n.operands) != len(rop.operands) or len(n.shapes) != rop.num_results):
                 continue
             for ops_order in RB.operand_orders(rop.name, n.operands):
-                b = dict(b_stack[-1])
+                b2 = b
                 ok = True
-                for ref, v in zip(rop.operands, ops_order):
-                    p = G.parse_ref(ref)
-                    if p is None:
-                        if b.setdefault(ref, v) != v:
+                for (r, pr), v in zip(refs[k], ops_order):
+                    if pr is None:
+                        have = b2.get(r)
+                        if have is None:
+                            if b2 is b:
+                                b2 = dict(b)
+                            b2[r] = v
+                        elif have != v:
                             ok = False
                             break
-                    elif p[0] in m:
-                        if v != (m[p[0]], p[1]):
+                    elif pr[0] in m:
+                        if v != (m[pr[0]], pr[1]):
                             ok = False
                             break
-                    else:
-                        pn = nodes[v[0]]
-                        if pn.kind != src[p[0]].name or v[1] != p[1]:
-                            ok = False
-                            break
+                    elif nodes[v[0]].kind != src[pr[0]].name or v[1] != pr[1]:
+                        ok = False
+                        break
                 if not ok:
                     continue
-                # users of this op's results that are matched ops must use them as the rule says
-                m2 = dict(m)
-                m2[k] = nid
-                o2 = dict(order)
-                o2[k] = ops_order
-                if not _consistent(src, m2, o2):
+                # matched ops that use this op's results must use them where the rule says
+                if not all(order[i][pos] == (nid, pr[1]) for i in m for pos, (_r, pr) in enumerate(refs[i])
+                           if pr is not None and pr[0] == k):
                     continue
-                b_stack.append(b)
-                yield from solve(m2, o2)
-                b_stack.pop()
+                m[k] = nid
+                order[k] = ops_order
+                yield from solve(si + 1, b2)
+                del m[k]
+                del order[k]
 
-    del last
-    yield from solve({}, {})
+    yield from solve(0, {})
 
 
-def _consistent(src, m, order) -> bool:
-    for i, nid in m.items():
-        for ref, v in zip(src[i].operands, order[i]):
-            p = G.parse_ref(ref)
-            if p is not None and p[0] in m and v != (m[p[0]], p[1]):
-                return False
-    return True
+_LOCAL: dict = {}
 
 
 def check(rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> Optional[str]:
-    why = RB.check_site(rw, GraphView(g), ops, b)
+    nodes = g.nodes
+    key = (rw.id, tuple((v, nodes[x[0]].shapes[x[1]], nodes[x[0]].dtype) for v, x in b.items()),
+           tuple((nodes[o].attrs, nodes[o].shapes) for o in ops))
+    view = GraphView(g)
+    why = _LOCAL.get(key, 0)
+    if why == 0:
+        why = _LOCAL[key] = RB.check_local(rw, view, ops, b)
+    if why is None:
+        why = RB.check_uses(rw, view, ops)
     if why is None and len(rw.src.outputs) > 1 and _creates_cycle(g, ops, b):
         why = "the rewrite would create a cycle"
     return why
 
 
 def _creates_cycle(g: TGraph, ops: list, b: dict) -> bool:
-    """A multi-output rewrite merges ops: a cycle appears if a variable depends on a matched op."""
+    """A multi-output rewrite merges ops: a cycle appears if a variable depends on a matched op.
+    The search walks back from the variables, only through nodes ranked after the earliest
+    matched op in a topological order (nothing before it can depend on it)."""
+    rank = g.ranks()
     matched = set(ops)
+    lo = min(rank[o] for o in ops)
     stack = [v[0] for v in b.values()]
     seen = set()
+    nodes = g.nodes
     while stack:
         nid = stack.pop()
         if nid in matched:
             return True
-        if nid in seen:
+        if nid in seen or rank[nid] < lo:
             continue
         seen.add(nid)
-        stack.extend(v[0] for v in g.nodes[nid].operands)
+        stack.extend(v[0] for v in nodes[nid].operands)
     return False
 
 
 # ---------------------------------------------------------------------------------------------
 # applying a rewrite
+
+
+_TARGETS: dict = {}
 
 
 def apply(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> TGraph:
@@ -297,9 +358,13 @@ def apply(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> TG
     made = []
     ref_val: dict = dict(b)
     nid = g.next_id
-    for k, ((attrs, outs), rop) in enumerate(zip(RB.dst_op_attrs(rw, shapes), rw.dst.ops)):
+    dkey = (rw.id, tuple(sorted(shapes.items())))
+    targets = _TARGETS.get(dkey)
+    if targets is None:
+        targets = _TARGETS[dkey] = [(_attrs_tuple(a), tuple(o)) for a, o in RB.dst_op_attrs(rw, shapes)]
+    for k, ((attrs, outs), rop) in enumerate(zip(targets, rw.dst.ops)):
         operands = tuple(ref_val[r] if G.parse_ref(r) is None else ref_val[r] for r in rop.operands)
-        n = builder.node(nodes, rop.name, _attrs_tuple(attrs), operands, tuple(outs), dtype)
+        n = builder.node(nodes, rop.name, attrs, operands, outs, dtype)
         nodes[nid] = n
         key = (key + n.contrib) & MASK
         cost += n.cost
