@@ -1,20 +1,27 @@
-"""Cost oracles: ``cost(op signature) -> milliseconds``.
+"""Cost oracles: ``cost(op signature) -> milliseconds``; a graph costs the sum over its ops.
 
 Backends (``get_cost_model(spec)``):
 
 - ``analytic[:<device>]`` (default ``analytic`` = ``analytic:t4``, the GPU of TENSAT's evaluation):
-  a roofline over a device profile. Time of one kernel = launch overhead + max(flops / (peak x
-  compute efficiency), bytes / bandwidth) + a latency term ``sat_bytes / bandwidth`` that models
-  the bandwidth a small kernel cannot reach (Little's law: a kernel needs about ``sat_bytes`` in
-  flight to saturate memory). Compute efficiency grows with the work (``flops / (flops +
-  sat_flops)``), lower for grouped convolutions. Data movement (concat, split, transpose of
-  activations) costs its bytes moved; reshape is a view (no kernel). Ops that compute only from
-  weights and constants cost 0: they are folded into weights before export.
-- ``cpu``: each signature timed in onnxruntime (one-node model, ORT_ENABLE_ALL, one thread by
-  default, warm-up then the median of timed repeats), cached on disk per device. Signatures it
-  cannot build (generic ops) fall back to the ``analytic:cpu`` estimate and are counted in
+  a roofline over a device profile (``PROFILES``). One op = one kernel::
+
+      time = launch + max(compute, bytes / (bandwidth x mem_eff))
+
+  Convolutions and matmuls are GEMMs (conv: implicit GEMM per group). Their compute time counts
+  the output tiles the device runs in waves over its ``slots`` (SMs, cores): a GEMM too small to
+  fill the device still takes a whole wave, and on average half a wave is idle at the tail. That
+  under-utilisation plus the launch overhead is what makes one merged conv/matmul cheaper than two
+  (TASO's main win). Data movement (concat, split, transpose, enlarge of activations) costs its
+  bytes; reshape is a view (one node dispatch, no bytes). Ops that compute only from weights and
+  constants (``weight_only``), the constants and ``weight`` cost 0: they are folded before export.
+  Generic ops (``onnx.<Op>``): memory-bound estimate from their bytes, plus a launch.
+- ``cpu`` (or ``cpu:<threads>``): each signature timed in onnxruntime (a one-node model,
+  ORT_ENABLE_ALL, 1 intra-op thread by default, warm-up then the median of timed repeats, loops
+  long enough to be well above the timer's resolution, the session's empty-run overhead
+  subtracted), cached on disk per device. Signatures it cannot build (generic ops, dtypes it cannot
+  feed) fall back to the ``analytic:cpu`` estimate for that many cores and are counted in
   ``estimated``.
-- ``cuda``: its own issue; asking for it is an error until it lands.
+- ``cuda`` / ``cuda:<gpu>``: its own issue; asking for it is an error until it lands.
 """
 
 from __future__ import annotations
@@ -29,71 +36,165 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from taso_mlir.dialect.errors import TasoError
+from taso_mlir.dialect.errors import TasoError, one_line
 
 
 @dataclass(frozen=True)
 class OpSig:
-    kind: str  # taso op name without prefix, or "onnx.<OpType>" / another op name for generic ops
+    """What an op's cost depends on: kind, attributes, operand/result shapes, dtype."""
+
+    kind: str  # taso op name without prefix ("conv2d"), or a generic op as "onnx.<OpType>"
     attrs: tuple  # sorted (name, value) pairs, list values as tuples
-    in_shapes: tuple  # operand shapes
+    in_shapes: tuple  # operand shapes (tuples of ints)
     out_shapes: tuple  # result shapes
-    dtype: str = "f32"
-    weight_only: bool = False  # every input is a weight or constant: folded before export
+    dtype: str = "f32"  # MLIR element type spelling
+    weight_only: bool = False  # every input is a weight or constant: folded before export, costs 0
 
     def key(self) -> str:
-        return json.dumps([self.kind, [list(a) for a in self.attrs], self.in_shapes, self.out_shapes, self.dtype],
-                          default=list)
+        """The canonical string of the signature (the disk cache's key); ``weight_only`` is not part
+        of it (such ops are never timed)."""
+        return json.dumps([self.kind, [[k, v] for k, v in self.attrs], self.in_shapes, self.out_shapes, self.dtype],
+                          separators=(",", ":"), default=str)
 
 
 @dataclass(frozen=True)
 class Profile:
+    """A device for the analytic roofline."""
+
     name: str
-    peak_flops: float  # fp32 FLOP/s
-    bandwidth: float  # bytes/s
-    launch_s: float  # per-kernel overhead
-    sat_bytes: float  # bytes in flight to saturate memory bandwidth
-    sat_flops: float  # work at which a GEMM/conv reaches half its peak efficiency
-    gemm_eff: float  # best fraction of peak a large GEMM/conv reaches
+    peak_flops: float  # FLOP/s, fp32 (an FMA counts 2), no tensor cores / TF32
+    peak_flops_16: float  # FLOP/s for f16/bf16 convs and matmuls (tensor cores where the device has them)
+    bandwidth: float  # bytes/s, datasheet DRAM bandwidth
+    mem_eff: float  # fraction of ``bandwidth`` a streaming kernel reaches
+    cache_bytes: float  # the first this many bytes an op touches stream from cache (0: DRAM only)
+    cache_bw: float  # bytes/s from that cache
+    launch_s: float  # per-kernel overhead (launch + the runtime's per-node dispatch)
+    dispatch_s: float  # per-node overhead of an op that launches no kernel (a reshape view)
+    slots: int  # GEMM output tiles the device runs at once (SMs on a GPU, cores on a CPU)
+    tile: int  # largest GEMM output tile edge (tile x tile outputs per slot; /2 and /4 are tried too)
+    gemm_eff: float  # fraction of peak a large dense GEMM/conv reaches (with the largest tile)
+    slot_bw_share: float  # DRAM bandwidth one busy slot (SM) draws, in fair shares (0: not modelled)
+    grouped_eff: float  # extra factor for grouped/depthwise convs (narrow per-group GEMMs)
 
 
-# Public datasheet figures (fp32, no tensor cores) and plausible kernel overheads.
+# GPU figures: NVIDIA datasheets (fp32 CUDA-core peak at boost clock, DRAM bandwidth, SM count).
+# Launch overhead: a CUDA kernel launch plus the runtime's per-op work is about 5 us on all of
+# them (host-bound, so the same for every GPU). GPU ops are costed from DRAM (an activation
+# between two kernels may still sit in L2; small kernels are launch-bound anyway). 80% of DRAM bandwidth is what a streaming kernel
+# reaches; cuDNN/cuBLAS fp32 kernels reach about 3/4 of peak on large problems, grouped and
+# depthwise kernels about half that again (narrow per-group GEMMs: little reuse per tile). One SM
+# draws about 3x its fair share of DRAM bandwidth (an assumption: latency-bound, a kernel needs
+# about a third of the SMs busy to saturate memory). GEMM output tiles 128, 64 or 32 square.
 PROFILES = {
-    # NVIDIA T4: 8.1 TFLOP/s fp32, 320 GB/s GDDR6 (T4 datasheet)
-    "t4": Profile("t4", 8.1e12, 320e9, 5e-6, 256e3, 2e8, 0.75),
-    # NVIDIA V100 SXM2: 15.7 TFLOP/s fp32, 900 GB/s HBM2 (V100 datasheet)
-    "v100": Profile("v100", 15.7e12, 900e9, 5e-6, 512e3, 4e8, 0.8),
-    # NVIDIA A100 40GB SXM: 19.5 TFLOP/s fp32, 1,555 GB/s HBM2 (A100 datasheet)
-    "a100": Profile("a100", 19.5e12, 1555e9, 4e-6, 1e6, 5e8, 0.8),
-    # NVIDIA H100 SXM5: 67 TFLOP/s fp32, 3.35 TB/s HBM3 (H100 datasheet)
-    "h100": Profile("h100", 67e12, 3350e9, 4e-6, 2e6, 1.5e9, 0.7),
-    # a 2-core AVX2/FMA server slice: 2 cores x 2 FMA units x 8 lanes x 2 flops x 2.5 GHz = 160 GFLOP/s;
-    # ~20 GB/s of memory bandwidth for two cores; ~2 us of framework overhead per op (onnxruntime)
-    "cpu": Profile("cpu", 160e9, 20e9, 2e-6, 32e3, 2e6, 0.6),
+    # NVIDIA T4 (datasheet): 8.1 TFLOP/s fp32, 65 TFLOP/s fp16 tensor, 320 GB/s GDDR6, 40 SMs
+    "t4": Profile("t4", 8.1e12, 65e12, 320e9, 0.8, 0, 0, 5e-6, 1e-6, 40, 128, 0.75, 3, 0.5),
+    # NVIDIA V100 SXM2 (datasheet): 15.7 TFLOP/s fp32, 125 TFLOP/s fp16 tensor, 900 GB/s HBM2, 80 SMs
+    "v100": Profile("v100", 15.7e12, 125e12, 900e9, 0.8, 0, 0, 5e-6, 1e-6, 80, 128, 0.75, 3, 0.5),
+    # NVIDIA A100 40GB SXM (datasheet): 19.5 TFLOP/s fp32, 312 TFLOP/s fp16 tensor, 1,555 GB/s HBM2, 108 SMs
+    "a100": Profile("a100", 19.5e12, 312e12, 1555e9, 0.8, 0, 0, 5e-6, 1e-6, 108, 128, 0.75, 3, 0.5),
+    # NVIDIA H100 SXM5 (datasheet): 67 TFLOP/s fp32, 989 TFLOP/s fp16 tensor (dense), 3.35 TB/s HBM3, 132 SMs
+    "h100": Profile("h100", 67e12, 989e12, 3350e9, 0.8, 0, 0, 5e-6, 1e-6, 132, 128, 0.75, 3, 0.5),
 }
 
-_ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i1": 1, "i8": 1, "ui8": 1, "si8": 1, "i16": 2, "si16": 2,
-               "ui16": 2, "i32": 4, "si32": 4, "ui32": 4, "i64": 8, "si64": 8, "ui64": 8}
-FREE = frozenset({"weight", "const_pool", "const_iconv", "const_imatmul", "const_iewmul", "reshape"})
+
+def cpu_profile(cores: int = 2) -> Profile:
+    """A generic AVX2/FMA server, ``cores`` cores. Per core: 2 FMA units x 8 fp32 lanes x 2 flops
+    x 2.5 GHz (all-core AVX2 clock) = 80 GFLOP/s; no faster for f16. Memory: the first 2 MB an op
+    touches a core (L2 + its share of L3, where mid-size activations live between ops) at 50 GB/s,
+    the rest from DRAM at 12 GB/s a core (what one core streams), 80% reached. Per-op overhead ~1 us (onnxruntime's per-node dispatch; a view 0.3 us). MLAS sgemm reaches
+    ~70% of peak on large GEMMs."""
+    cores = max(1, int(cores))
+    return Profile("cpu" if cores == 2 else f"cpu{cores}", 80e9 * cores, 80e9 * cores, 12e9 * cores, 0.8,
+                   2e6 * cores, 50e9 * cores, 1e-6, 3e-7, cores, 128, 0.7, 0, 0.5)
+
+
+PROFILES["cpu"] = cpu_profile(2)
+
+_ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i1": 1, "i8": 1, "ui8": 1, "si8": 1, "i16": 2,
+               "si16": 2, "ui16": 2, "i32": 4, "si32": 4, "ui32": 4, "i64": 8, "si64": 8, "ui64": 8}
+#: ops with no run-time cost: weights and constants exist only until export folds them
+FREE_KINDS = frozenset({"weight", "const_pool", "const_iconv", "const_imatmul", "const_iewmul"})
+#: generic ops that are views or no-ops in onnxruntime (no bytes moved): one node dispatch
+_GENERIC_VIEWS = frozenset({"onnx.Reshape", "onnx.Flatten", "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Identity"})
+_MOVES = frozenset({"concat", "split", "transpose", "enlarge"})
 
 
 def _numel(s) -> int:
     return int(math.prod(s)) if s else 1
 
 
+def _elem_bytes(dtype: str) -> int:
+    return _ELEM_BYTES.get(dtype, 4)
+
+
+def nbytes(sig: OpSig) -> int:
+    """Bytes read and written: every operand and result once."""
+    return _elem_bytes(sig.dtype) * (sum(_numel(s) for s in sig.in_shapes) + sum(_numel(s) for s in sig.out_shapes))
+
+
+def flops(sig: OpSig) -> float:
+    """Arithmetic of one op (an FMA counts 2): conv 2*N*K*OH*OW*(C/g)*KH*KW plus the bias and
+    activation per output, matmul 2*batch*M*N*K (+ activation), pools outputs x window,
+    elementwise one per output; data movement 0."""
+    a = dict(sig.attrs)
+    k = sig.kind
+    out = sum(_numel(s) for s in sig.out_shapes)
+    epi = out * ((len(sig.in_shapes) > 2) + (a.get("activation", "none") != "none"))
+    g = _gemm(sig)
+    if g is not None:
+        b, m, n, kk = g
+        return 2.0 * b * m * n * kk + epi
+    if k in ("maxpool2d", "avgpool2d"):
+        return float(out * _numel(a.get("kernel_shape", (1, 1))))
+    if k == "batchnorm":
+        return 2.0 * out
+    if k in _MOVES or k in FREE_KINDS or k == "reshape" or "." in k:
+        return 0.0
+    return float(out)
+
+
+def _gemm(sig: OpSig):
+    """(batch, M, N, K) of a conv2d (implicit GEMM, batch = groups) or matmul, or None."""
+    try:
+        if sig.kind == "conv2d":
+            w = sig.in_shapes[1]
+            n, o, oh, ow = sig.out_shapes[0]
+            g = max(1, int(dict(sig.attrs).get("group", 1)))
+            return g, n * oh * ow, o // g, w[1] * w[2] * w[3]
+        if sig.kind == "matmul":
+            x, y = sig.in_shapes
+            out = sig.out_shapes[0]
+            b, m, n, kk = _numel(out[:-2]), out[-2], out[-1], x[-1]
+            if _numel(y[:-2]) == 1:  # a shared right operand: the batch folds into M (one GEMM)
+                b, m = 1, b * m
+            return b, m, n, kk
+    except (IndexError, ValueError, TypeError):
+        return None
+    return None
+
+
 class CostModel:
+    """Base class: ``cost(sig)`` in milliseconds (>= 0), memoized; ``close()`` flushes caches."""
+
     name = "?"
 
     def __init__(self):
         self._memo: dict = {}
-        self.estimated = 0
+        self.estimated = 0  # signatures estimated analytically by a measured backend
 
     def cost(self, sig: OpSig) -> float:
-        c = self._memo.get(sig)
+        try:
+            c = self._memo.get(sig)
+        except TypeError:  # an unhashable attribute value: not memoized
+            return self._free_or(sig)
         if c is None:
-            c = 0.0 if sig.weight_only or sig.kind in FREE else self._cost(sig)
-            self._memo[sig] = c
+            c = self._memo[sig] = self._free_or(sig)
         return c
+
+    def _free_or(self, sig: OpSig) -> float:
+        if sig.weight_only or sig.kind in FREE_KINDS or ("." in sig.kind and not sig.in_shapes):
+            return 0.0  # folded before export; a generic op without operands is a constant/placeholder
+        return max(0.0, float(self._cost(sig)))
 
     def _cost(self, sig: OpSig) -> float:
         raise NotImplementedError
@@ -101,29 +202,16 @@ class CostModel:
     def close(self) -> None:
         pass
 
+    def __enter__(self):
+        return self
 
-def flops(sig: OpSig) -> float:
-    a = dict(sig.attrs)
-    out = sum(_numel(s) for s in sig.out_shapes)
-    k = sig.kind
-    if k == "conv2d" and len(sig.in_shapes) >= 2 and sig.out_shapes:
-        n, co, oh, ow = sig.out_shapes[0]
-        _, ci_g, kh, kw = sig.in_shapes[1]
-        return 2.0 * n * co * oh * ow * ci_g * kh * kw + 2.0 * out
-    if k == "matmul" and len(sig.in_shapes) == 2:
-        kdim = sig.in_shapes[0][-1] if sig.in_shapes[0] else 1
-        return 2.0 * out * kdim + out
-    if k in ("maxpool2d", "avgpool2d"):
-        ks = a.get("kernel_shape", (1, 1))
-        return float(out * _numel(ks))
-    if k == "batchnorm":
-        return 2.0 * out
-    if k in ("sigmoid", "tanh"):
-        return 4.0 * out
-    return float(out)
+    def __exit__(self, *exc):
+        self.close()
 
 
 class Analytic(CostModel):
+    """The roofline over a ``Profile`` (see the module docstring)."""
+
     def __init__(self, profile: Profile):
         super().__init__()
         self.p = profile
@@ -131,25 +219,62 @@ class Analytic(CostModel):
 
     def _cost(self, sig: OpSig) -> float:
         p = self.p
-        eb = _ELEM_BYTES.get(sig.dtype, 4)
-        nbytes = eb * (sum(_numel(s) for s in sig.in_shapes) + sum(_numel(s) for s in sig.out_shapes))
-        f = flops(sig)
-        eff = 1.0
-        if sig.kind in ("conv2d", "matmul"):
-            eff = p.gemm_eff * f / (f + p.sat_flops)
-            if sig.kind == "conv2d" and dict(sig.attrs).get("group", 1) != 1:
-                eff *= 0.25  # grouped/depthwise convs reach a small fraction of GEMM efficiency
-        t = p.launch_s + max(f / (p.peak_flops * eff), nbytes / p.bandwidth) + p.sat_bytes / p.bandwidth
-        return 1e3 * t
+        k = sig.kind
+        if k == "reshape" or k in _GENERIC_VIEWS:
+            # a view: onnxruntime's Reshape aliases its input and cuDNN-style backends launch nothing;
+            # the node is still dispatched
+            return 1e3 * p.dispatch_s
+        b = nbytes(sig)
+        cached = min(b, p.cache_bytes)
+        mem = (b - cached) / (p.bandwidth * p.mem_eff) + (cached / p.cache_bw if cached else 0.0)
+        g = _gemm(sig)
+        if g is not None:
+            compute = self._gemm_time(sig, *g)
+        elif k in _MOVES or "." in k:
+            compute = 0.0  # data movement and generic ops: memory-bound
+        else:
+            # elementwise, pools, batchnorm: max/add/compare are one op a lane-cycle, half the FMA rate
+            compute = flops(sig) / (0.5 * p.peak_flops)
+        return 1e3 * (p.launch_s + max(compute, mem))
+
+    def _gemm_time(self, sig: OpSig, b: int, m: int, n: int, kk: int) -> float:
+        """The best over square output tiles of edge ``tile``, /2, /4 (a library picks its kernel):
+        smaller tiles fill more slots but reuse less (efficiency T/(T+16), relative to the largest)."""
+        if min(b, m, n, kk) <= 0:
+            return 0.0
+        p = self.p
+        top = p.tile / (p.tile + 16.0)
+        return min(self._tiled(sig, b, m, n, kk, t, (t / (t + 16.0)) / top) for t in (p.tile, p.tile // 2, p.tile // 4))
+
+    def _tiled(self, sig: OpSig, b: int, m: int, n: int, kk: int, tile: int, tile_eff: float) -> float:
+        p = self.p
+        tm, tn = min(tile, m), min(tile, n)
+        tiles = b * math.ceil(m / tm) * math.ceil(n / tn)
+        # waves of ``slots`` tiles: at least one whole wave, and half a wave idle at the tail on average
+        waves = max(1.0, tiles / p.slots + 0.5)
+        work = waves * p.slots * 2.0 * tm * tn * kk
+        eff = p.gemm_eff * tile_eff
+        if sig.kind == "conv2d" and b > 1:
+            eff *= p.grouped_eff
+        peak = p.peak_flops_16 if sig.dtype in ("f16", "bf16") else p.peak_flops
+        epi = flops(sig) - 2.0 * b * m * n * kk  # bias and activation, fused in the epilogue
+        compute = work / (peak * eff) + epi / (0.5 * p.peak_flops)
+        if not p.slot_bw_share:
+            return compute
+        # memory side of the same waves: a tile streams its slice of both operands and its outputs, and a
+        # busy SM draws only ``slot_bw_share`` x its fair share of DRAM bandwidth (loads in flight are
+        # limited), so a GEMM with few tiles (a GEMV, a small matmul) cannot saturate memory
+        tile_bytes = _elem_bytes(sig.dtype) * (tm * kk + kk * tn + tm * tn)
+        slot_bw = p.slot_bw_share * p.bandwidth * p.mem_eff / p.slots
+        return max(compute, waves * tile_bytes / slot_bw)
 
 
 # ---------------------------------------------------------------------------------------------
 # CPU measured (onnxruntime)
 
 
-def _cache_dir() -> str:
-    d = os.environ.get("TASO_CACHE_DIR")
-    return d or os.path.join(os.path.expanduser("~"), ".cache", "taso-mlir")
+def cache_dir() -> str:
+    return os.environ.get("TASO_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "taso-mlir")
 
 
 def _cpu_name() -> str:
@@ -160,151 +285,248 @@ def _cpu_name() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+def _warn(msg: str) -> None:
+    sys.stderr.write(f"taso-mlir: warning: {msg}\n")
+
+
+_NP_DTYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64}
 
 
 class CpuMeasured(CostModel):
-    """Per-signature onnxruntime timings, cached on disk per device."""
+    """Per-signature onnxruntime timings on this machine's CPU, cached on disk per device.
 
-    def __init__(self, threads: int = 1, repeats: int = 10, warmup: int = 3):
+    ``measured`` counts the signatures timed by this instance (cache hits are not), ``estimated``
+    those that fell back to the analytic CPU profile."""
+
+    CACHE_FILE = "cpu-costs.json"
+
+    def __init__(self, threads: int = 1, repeats: int = 10, warmup: int = 3, target_s: float = 2e-3,
+                 budget_s: float = 1.0):
         super().__init__()
         import onnxruntime
 
-        self.name = "cpu"
-        self.threads, self.repeats, self.warmup = threads, repeats, warmup
-        self.device = f"{_cpu_name()} | onnxruntime {onnxruntime.__version__} | {threads} thread(s)"
-        self.fallback = Analytic(PROFILES["cpu"])
+        self.threads = max(1, int(threads))
+        self.repeats, self.warmup, self.target_s, self.budget_s = repeats, warmup, target_s, budget_s
+        self.name = "cpu" if self.threads == 1 else f"cpu:{self.threads}"
+        self.device = f"{_cpu_name()} | onnxruntime {onnxruntime.__version__} | {self.threads} thread(s)"
+        self.fallback = Analytic(cpu_profile(self.threads))
         self.measured = 0
-        self.path = os.path.join(_cache_dir(), "cpu-costs.json")
-        self._disk: dict = {}
-        self._dirty = False
+        self.path = os.path.join(cache_dir(), self.CACHE_FILE)
+        self._new: dict = {}
+        self._base_s = None  # the empty-run overhead of a session
+        self._disk = self._load().get(self.device, {})
+
+    def _load(self) -> dict:
+        """The cache file's {device: {signature: ms}}; {} if missing, a warning if unreadable."""
         try:
-            with open(self.path) as f:
+            with open(self.path, encoding="utf-8") as f:
                 data = json.load(f)
-            self._disk = dict(data.get(self.device, {}))
-            self._all = data
         except FileNotFoundError:
-            self._all = {}
+            return {}
         except (OSError, ValueError) as e:
-            sys.stderr.write(f"taso-mlir: warning: ignoring the unreadable cost cache {self.path} ({e})\n")
-            self._all = {}
+            _warn(f"ignoring the unreadable cost cache {self.path} ({one_line(e)})")
+            return {}
+        devices = data.get("devices") if isinstance(data, dict) else None
+        if not isinstance(devices, dict) or not all(
+                isinstance(v, dict) and all(isinstance(x, (int, float)) for x in v.values()) for v in devices.values()):
+            _warn(f"ignoring the cost cache {self.path}: not a taso-mlir cost cache")
+            return {}
+        return devices
 
     def _cost(self, sig: OpSig) -> float:
         k = sig.key()
         if k in self._disk:
             return float(self._disk[k])
+        ms = None
         model = _one_op_model(sig)
-        if model is None:
+        if model is not None:
+            try:
+                ms = self._time(model, sig)
+            except Exception as e:  # onnxruntime refuses the model (a dtype or attribute it lacks)
+                _warn(f"cannot time {sig.kind} in onnxruntime ({one_line(e, 160)}); estimating it")
+        if ms is None:
             self.estimated += 1
             return self.fallback.cost(sig)
-        ms = self._time(model, sig)
         self.measured += 1
-        self._disk[k] = ms
-        self._dirty = True
+        self._disk[k] = self._new[k] = ms
         return ms
 
-    def _time(self, model, sig: OpSig) -> float:
+    def _session(self, model):
         import onnxruntime as ort
 
         so = ort.SessionOptions()
         so.intra_op_num_threads = self.threads
         so.inter_op_num_threads = 1
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        so.log_severity_level = 3
+        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+    def _run_time(self, model, in_shapes, out_shapes, npdt) -> float:
+        """Seconds per run of the model with IO binding (no output conversion): median of repeats."""
+        sess = self._session(model)
         rng = np.random.default_rng(0)
-        feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
-                 for i in model.graph.input}
+        binding = sess.io_binding()
+        keep = []
+        for i, s in zip(sess.get_inputs(), in_shapes):
+            v = np.ascontiguousarray(rng.uniform(0.5, 1.5, size=tuple(s)).astype(npdt))  # no NaNs, no denormals
+            keep.append(v)
+            binding.bind_cpu_input(i.name, v)
+        for o, s in zip(sess.get_outputs(), out_shapes):
+            v = np.empty(tuple(s), dtype=npdt)
+            keep.append(v)
+            binding.bind_output(o.name, "cpu", 0, npdt, list(s), v.ctypes.data)
+        run = sess.run_with_iobinding
         for _ in range(self.warmup):
-            sess.run(None, feeds)
-        # loops long enough to be well above the timer's resolution
+            run(binding)
         t = time.perf_counter()
-        sess.run(None, feeds)
-        one = max(time.perf_counter() - t, 1e-6)
-        loop = max(1, min(1000, int(2e-3 / one)))
+        run(binding)
+        one = max(time.perf_counter() - t, 1e-7)
+        loop = max(1, min(10000, int(self.target_s / one)))  # each timing well above the timer's resolution
         times = []
-        for _ in range(self.repeats):
+        start = time.perf_counter()
+        for r in range(self.repeats):
             t = time.perf_counter()
             for _ in range(loop):
-                sess.run(None, feeds)
+                run(binding)
             times.append((time.perf_counter() - t) / loop)
-        return 1e3 * float(np.median(times))
+            if r >= 2 and time.perf_counter() - start > self.budget_s:  # big ops: fewer repeats
+                break
+        return float(np.median(times))
+
+    def _time(self, model, sig: OpSig) -> float:
+        npdt = _NP_DTYPES[sig.dtype]
+        raw = self._run_time(model, sig.in_shapes, sig.out_shapes, npdt)
+        if self._base_s is None:
+            self._base_s = self._run_time(_empty_model(), [(1,)], [(1,)], np.float32)
+        # the session's own per-run overhead is not the op's; keep at least a tenth of the raw time
+        return 1e3 * max(raw - self._base_s, 0.1 * raw)
 
     def close(self) -> None:
-        if not self._dirty:
+        """Merge this instance's new timings into the cache file (atomically: temp file + rename)."""
+        if not self._new:
             return
-        self._all[self.device] = self._disk
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = f"{self.path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(self._all, f, sort_keys=True)
-        os.replace(tmp, self.path)
-        self._dirty = False
+        try:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            devices = self._load() if os.path.exists(self.path) else {}  # other processes' entries survive
+            devices.setdefault(self.device, {}).update(self._new)
+            tmp = f"{self.path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"version": 1, "devices": devices}, f, sort_keys=True, indent=0)
+            os.replace(tmp, self.path)
+            self._new = {}
+        except OSError as e:
+            _warn(f"cannot write the cost cache {self.path} ({one_line(e)})")
+
+
+def _empty_model():
+    from onnx import TensorProto, helper
+
+    vi = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    return helper.make_model(helper.make_graph([], "empty", [vi], [vi]),
+                             opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 def _one_op_model(sig: OpSig):
-    """A one-node (two with a fused Relu) ONNX model computing the signature, or None."""
+    """A one-node ONNX model computing the signature (two nodes for a fused Relu: onnxruntime
+    fuses Conv+Relu), all operands graph inputs except what ONNX wants as initializers; or None."""
     from onnx import TensorProto, helper, numpy_helper
 
-    if sig.dtype != "f32" or any(s is None for s in sig.in_shapes + sig.out_shapes):
+    elem = {"f32": TensorProto.FLOAT, "f16": TensorProto.FLOAT16, "f64": TensorProto.DOUBLE}.get(sig.dtype)
+    if elem is None or sig.kind not in _BUILDERS:
         return None
     a = dict(sig.attrs)
-    k = sig.kind
-    ins = [f"i{j}" for j in range(len(sig.in_shapes))]
-    inits = []
-    nodes = []
-    act = a.get("activation") == "relu"
-    out = "y0" if not act else "pre"
-    if k == "conv2d":
-        nodes.append(helper.make_node("Conv", ins, [out], strides=list(a["strides"]), pads=list(a["pads"]),
-                                      dilations=list(a["dilations"]), group=int(a["group"])))
-    elif k == "matmul":
-        nodes.append(helper.make_node("MatMul", ins, [out]))
-    elif k in ("ewadd", "ewmul", "smul"):
-        nodes.append(helper.make_node({"ewadd": "Add"}.get(k, "Mul"), ins, [out]))
-    elif k in ("relu", "sigmoid", "tanh"):
-        nodes.append(helper.make_node(k.capitalize(), ins, [out]))
-    elif k == "transpose":
-        nodes.append(helper.make_node("Transpose", ins, [out], perm=list(a["perm"])))
-    elif k == "concat":
-        nodes.append(helper.make_node("Concat", ins, [out], axis=int(a["axis"])))
-    elif k == "split":
-        inits.append(numpy_helper.from_array(np.array(a["sizes"], dtype=np.int64), "sizes"))
-        outs = [f"y{j}" for j in range(len(sig.out_shapes))]
-        nodes.append(helper.make_node("Split", ins + ["sizes"], outs, axis=int(a["axis"])))
-    elif k in ("maxpool2d", "avgpool2d"):
-        kw = dict(kernel_shape=list(a["kernel_shape"]), strides=list(a["strides"]), pads=list(a["pads"]))
-        if k == "avgpool2d":
-            kw["count_include_pad"] = int(a.get("count_include_pad", 0))
-        nodes.append(helper.make_node("MaxPool" if k == "maxpool2d" else "AveragePool", ins, [out], **kw))
-    elif k == "batchnorm":
-        nodes.append(helper.make_node("BatchNormalization", ins, [out], epsilon=float(a.get("epsilon", 1e-5))))
-    else:
+    ins = [f"x{j}" for j in range(len(sig.in_shapes))]
+    outs = [f"y{j}" for j in range(len(sig.out_shapes))]
+    relu = sig.kind in ("conv2d", "matmul") and a.get("activation", "none") == "relu"
+    inits: list = []
+    try:
+        node = _BUILDERS[sig.kind](a, ins, ["pre"] if relu else outs, sig, inits)
+    except (KeyError, IndexError, TypeError, ValueError):
         return None
-    if act:
-        nodes.append(helper.make_node("Relu", ["pre"], ["y0"]))
-    n_out = len(sig.out_shapes)
+    nodes = [node] + ([helper.make_node("Relu", ["pre"], outs)] if relu else [])
     graph = helper.make_graph(
-        nodes, "op", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in zip(ins, sig.in_shapes)],
-        [helper.make_tensor_value_info(f"y{j}", TensorProto.FLOAT, list(sig.out_shapes[j])) for j in range(n_out)],
-        inits)
+        nodes, sig.kind,
+        [helper.make_tensor_value_info(n, elem, list(s)) for n, s in zip(ins, sig.in_shapes)],
+        [helper.make_tensor_value_info(n, elem, list(s)) for n, s in zip(outs, sig.out_shapes)],
+        [numpy_helper.from_array(np.asarray(v, dtype=np.int64), n) for n, v in inits])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def _mk(op, init=None, **attr_fns):
+    """A node builder: ``attr_fns`` map ONNX attribute names to functions of the taso attributes;
+    ``init`` = (name, fn(attrs, sig)) appends an int64 initializer operand."""
+    def build(a, ins, outs, sig, inits):
+        from onnx import helper
+
+        if init is not None:
+            inits.append((init[0], init[1](a, sig)))
+            ins = ins + [init[0]]
+        return helper.make_node(op, ins, outs, **{k: f(a) for k, f in attr_fns.items()})
+    return build
+
+
+def _ints(name, default=None):
+    return lambda a: [int(v) for v in (a[name] if default is None else a.get(name, default))]
+
+
+def _enlarge_pads(a, sig):
+    _, _, kh, kw = sig.in_shapes[0]
+    dh, dw = (a["kernel_shape"][0] - kh) // 2, (a["kernel_shape"][1] - kw) // 2
+    return [0, 0, dh, dw, 0, 0, dh, dw]
+
+
+_WINDOW = dict(kernel_shape=_ints("kernel_shape"), strides=_ints("strides", (1, 1)), pads=_ints("pads", (0, 0, 0, 0)))
+
+# the spec's ONNX mapping, one builder per taso op kind
+_BUILDERS = {
+    "conv2d": _mk("Conv", strides=_ints("strides", (1, 1)), pads=_ints("pads", (0, 0, 0, 0)),
+                  dilations=_ints("dilations", (1, 1)), group=lambda a: int(a.get("group", 1))),
+    "matmul": _mk("MatMul"),
+    "ewadd": _mk("Add"),
+    "ewmul": _mk("Mul"),
+    "smul": _mk("Mul"),
+    "relu": _mk("Relu"),
+    "sigmoid": _mk("Sigmoid"),
+    "tanh": _mk("Tanh"),
+    "transpose": _mk("Transpose", perm=_ints("perm")),
+    "reshape": _mk("Reshape", init=("shape", lambda a, sig: list(sig.out_shapes[0]))),
+    "concat": _mk("Concat", axis=lambda a: int(a["axis"])),
+    "split": _mk("Split", init=("sizes", lambda a, sig: list(a["sizes"])), axis=lambda a: int(a["axis"])),
+    "maxpool2d": _mk("MaxPool", **_WINDOW),
+    "avgpool2d": _mk("AveragePool", **_WINDOW, count_include_pad=lambda a: int(a.get("count_include_pad", 0))),
+    "batchnorm": _mk("BatchNormalization", epsilon=lambda a: float(a.get("epsilon", 1e-5))),
+    "enlarge": _mk("Pad", init=("pads", _enlarge_pads)),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+
+
 def get_cost_model(spec: str = "analytic") -> CostModel:
-    spec = (spec or "analytic").strip().lower()
-    if spec == "analytic":
-        spec = "analytic:t4"
-    if spec.startswith("analytic:"):
-        dev = spec.split(":", 1)[1]
+    """``analytic`` (= ``analytic:t4``), ``analytic:<cpu|v100|t4|a100|h100>``, ``cpu`` (measured,
+    1 thread), ``cpu:<threads>``; ``cuda[:<gpu>]`` is not available yet."""
+    s = (spec or "analytic").strip().lower()
+    valid = f"analytic, analytic:<{'|'.join(sorted(PROFILES))}>, cpu, cpu:<threads>"
+    if s == "analytic":
+        s = "analytic:t4"
+    if s.startswith("analytic:"):
+        dev = s.split(":", 1)[1]
         if dev not in PROFILES:
-            raise TasoError(f"cost-model '{spec}': no device profile '{dev}' (profiles: {', '.join(PROFILES)})")
+            raise TasoError(f"unknown cost model '{spec}': no device profile '{dev}' (valid: {valid})")
         return Analytic(PROFILES[dev])
-    if spec == "cpu":
-        return CpuMeasured()
-    if spec == "cuda" or spec.startswith("cuda:"):
-        raise TasoError(f"cost-model '{spec}': the CUDA-measured cost model is not available in this build "
-                        "(it is its own issue); use analytic:<gpu> (t4, v100, a100, h100) or cpu")
-    raise TasoError(f"unknown cost-model '{spec}' (valid: analytic, analytic:<cpu|t4|v100|a100|h100>, cpu, cuda)")
+    if s == "cpu" or s.startswith("cpu:"):
+        n = s.split(":", 1)[1] if ":" in s else os.environ.get("TASO_COST_CPU_THREADS", "1")
+        if not n.isdigit() or int(n) < 1:
+            raise TasoError(f"unknown cost model '{spec}': the thread count must be a positive integer (valid: {valid})")
+        return CpuMeasured(threads=int(n))
+    if s == "cuda" or s.startswith("cuda:"):
+        raise TasoError(f"cost model '{spec}' is not available yet: the CUDA-measured backend is a separate issue; "
+                        "use analytic:<gpu> (t4, v100, a100, h100) or cpu")
+    raise TasoError(f"unknown cost model '{spec}' (valid: {valid})")
 
 
-__all__ = ["OpSig", "CostModel", "Profile", "PROFILES", "get_cost_model", "flops"]
+__all__ = ["OpSig", "CostModel", "Analytic", "CpuMeasured", "Profile", "PROFILES", "cpu_profile",
+           "get_cost_model", "flops", "nbytes", "cache_dir"]

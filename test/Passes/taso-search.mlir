@@ -1,0 +1,76 @@
+// RUN: taso-opt %s --split-input-file --taso-search | FileCheck %s
+// RUN: taso-opt %s --split-input-file --pass-pipeline='builtin.module(taso-search{report=-})' -o /dev/null 2>&1 | FileCheck %s --check-prefix=REPORT
+// RUN: not taso-opt %s --split-input-file --pass-pipeline='builtin.module(taso-search{cost-model=cuda})' 2>&1 | FileCheck %s --check-prefix=CUDA
+// taso-search rewrites with the proved rules, applied as PDL patterns, where the cost model gains.
+
+// Fused activation (axiom 14: relu(conv(x, w)) = conv_relu(x, w)): fires.
+// CHECK-LABEL: func.func @fuse_relu
+// CHECK: %[[C:.*]] = "taso.conv2d"(%arg0, %{{.*}}) {activation = "relu"
+// CHECK-NOT: taso.relu
+// CHECK: return %[[C]]
+// REPORT: @fuse_relu: cost {{.*}} ops 3 -> 2, 1 rewrites applied
+// CUDA: cost model 'cuda' is not available yet
+func.func @fuse_relu(%x: tensor<1x8x7x7xf32>) -> tensor<1x8x7x7xf32> {
+  %w = "taso.weight"() {name = "w", value = dense<0.5> : tensor<8x8x3x3xf32>} : () -> tensor<8x8x3x3xf32>
+  %c = "taso.conv2d"(%x, %w) {activation = "none", dilations = array<i64: 1, 1>, group = 1 : i64, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<1x8x7x7xf32>, tensor<8x8x3x3xf32>) -> tensor<1x8x7x7xf32>
+  %r = "taso.relu"(%c) : (tensor<1x8x7x7xf32>) -> tensor<1x8x7x7xf32>
+  return %r : tensor<1x8x7x7xf32>
+}
+
+// -----
+
+// Not with a bias operand: the rules are stated for conv2d(x, w), and a biased conv is another op.
+// CHECK-LABEL: func.func @bias_blocks_fusion
+// CHECK: taso.conv2d{{.*}}activation = "none"
+// CHECK: taso.relu
+// REPORT: @bias_blocks_fusion: {{.*}} 0 rewrites applied
+func.func @bias_blocks_fusion(%x: tensor<1x8x7x7xf32>) -> tensor<1x8x7x7xf32> {
+  %w = "taso.weight"() {name = "w", value = dense<0.5> : tensor<8x8x3x3xf32>} : () -> tensor<8x8x3x3xf32>
+  %b = "taso.weight"() {name = "b", value = dense<0.5> : tensor<8xf32>} : () -> tensor<8xf32>
+  %c = "taso.conv2d"(%x, %w, %b) {activation = "none", dilations = array<i64: 1, 1>, group = 1 : i64, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>, operandSegmentSizes = array<i32: 1, 1, 1>} : (tensor<1x8x7x7xf32>, tensor<8x8x3x3xf32>, tensor<8xf32>) -> tensor<1x8x7x7xf32>
+  %r = "taso.relu"(%c) : (tensor<1x8x7x7xf32>) -> tensor<1x8x7x7xf32>
+  return %r : tensor<1x8x7x7xf32>
+}
+
+// -----
+
+// Not when the unfused result is used too: it is not a mapped output of the rule.
+// CHECK-LABEL: func.func @external_use
+// CHECK: taso.relu
+// REPORT: @external_use: {{.*}} 0 rewrites applied
+func.func @external_use(%x: tensor<1x8x7x7xf32>) -> (tensor<1x8x7x7xf32>, tensor<1x8x7x7xf32>) {
+  %w = "taso.weight"() {name = "w", value = dense<0.5> : tensor<8x8x3x3xf32>} : () -> tensor<8x8x3x3xf32>
+  %c = "taso.conv2d"(%x, %w) {activation = "none", dilations = array<i64: 1, 1>, group = 1 : i64, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<1x8x7x7xf32>, tensor<8x8x3x3xf32>) -> tensor<1x8x7x7xf32>
+  %r = "taso.relu"(%c) : (tensor<1x8x7x7xf32>) -> tensor<1x8x7x7xf32>
+  return %r, %c : tensor<1x8x7x7xf32>, tensor<1x8x7x7xf32>
+}
+
+// -----
+
+// Matmul sum (axiom 20): x @ W1 + h @ W2 = concat(x, h) @ concat(W1, W2); the weight concat is folded.
+// CHECK-LABEL: func.func @matmul_sum
+// CHECK-DAG: %[[W:.*]] = "taso.weight"() {name = "taso_folded_{{[0-9]+}}"{{.*}}tensor<1024x512xf32>
+// CHECK-DAG: %[[X:.*]] = "taso.concat"(%arg0, %arg1
+// CHECK: %[[M:.*]] = "taso.matmul"(%[[X]], %[[W]])
+// CHECK-NOT: taso.ewadd
+// CHECK: return %[[M]]
+func.func @matmul_sum(%x: tensor<1x512xf32>, %h: tensor<1x512xf32>) -> tensor<1x512xf32> {
+  %w1 = "taso.weight"() {name = "w1", value = dense<0.5> : tensor<512x512xf32>} : () -> tensor<512x512xf32>
+  %w2 = "taso.weight"() {name = "w2", value = dense<0.25> : tensor<512x512xf32>} : () -> tensor<512x512xf32>
+  %a = "taso.matmul"(%x, %w1) {activation = "none"} : (tensor<1x512xf32>, tensor<512x512xf32>) -> tensor<1x512xf32>
+  %b = "taso.matmul"(%h, %w2) {activation = "none"} : (tensor<1x512xf32>, tensor<512x512xf32>) -> tensor<1x512xf32>
+  %s = "taso.ewadd"(%a, %b) : (tensor<1x512xf32>, tensor<1x512xf32>) -> tensor<1x512xf32>
+  return %s : tensor<1x512xf32>
+}
+
+// -----
+
+// Transpose of a transpose (axiom 30) is the identity: both go.
+// CHECK-LABEL: func.func @double_transpose
+// CHECK-NOT: taso.transpose
+// CHECK: return %arg0
+func.func @double_transpose(%x: tensor<4x6xf32>) -> tensor<4x6xf32> {
+  %a = "taso.transpose"(%x) {perm = array<i64: 1, 0>} : (tensor<4x6xf32>) -> tensor<6x4xf32>
+  %b = "taso.transpose"(%a) {perm = array<i64: 1, 0>} : (tensor<6x4xf32>) -> tensor<4x6xf32>
+  return %b : tensor<4x6xf32>
+}
