@@ -9,18 +9,21 @@ Backends (``get_cost_model(spec)``):
 
   Convolutions and matmuls are GEMMs (conv: implicit GEMM per group). Their compute time counts
   the output tiles the device runs in waves over its ``slots`` (SMs, cores): a GEMM too small to
-  fill the device still takes a whole wave, and on average half a wave is idle at the tail. That
-  under-utilisation plus the launch overhead is what makes one merged conv/matmul cheaper than two
-  (TASO's main win). Data movement (concat, split, transpose, enlarge of activations) costs its
-  bytes; reshape is a view (one node dispatch, no bytes). Ops that compute only from weights and
-  constants (``weight_only``), the constants and ``weight`` cost 0: they are folded before export.
-  Generic ops (``onnx.<Op>``): memory-bound estimate from their bytes, plus a launch.
+  fill the device still takes a whole wave, on average half a wave is idle at the tail, and a
+  GEMM that keeps few SMs busy cannot saturate memory either. That under-utilisation plus the
+  launch overhead is what makes one merged conv/matmul cheaper than two (TASO's main win). Data
+  movement (concat, split, transpose, enlarge of activations) costs its bytes plus a launch: the
+  exported model runs them as kernels. Reshape is a view (no bytes: one node dispatch). Ops that
+  compute only from weights and constants (``weight_only``), the constants and ``weight`` cost 0:
+  they are folded before export. Generic ops (``onnx.<Op>``): memory-bound estimate from their
+  bytes, plus a launch (views such as ``onnx.Reshape``: a dispatch; without operands: 0).
 - ``cpu`` (or ``cpu:<threads>``): each signature timed in onnxruntime (a one-node model,
   ORT_ENABLE_ALL, 1 intra-op thread by default, warm-up then the median of timed repeats, loops
   long enough to be well above the timer's resolution, the session's empty-run overhead
-  subtracted), cached on disk per device. Signatures it cannot build (generic ops, dtypes it cannot
-  feed) fall back to the ``analytic:cpu`` estimate for that many cores and are counted in
-  ``estimated``.
+  subtracted), cached on disk per device in ``$TASO_CACHE_DIR/cpu-costs.json`` (default
+  ``~/.cache/taso-mlir/``; the thread count also from ``$TASO_COST_CPU_THREADS``). Signatures it
+  cannot build (generic ops, dtypes it cannot feed) fall back to the ``analytic:cpu`` estimate for
+  that many cores and are counted in ``estimated``.
 - ``cuda`` / ``cuda:<gpu>``: its own issue; asking for it is an error until it lands.
 """
 
@@ -78,22 +81,24 @@ class Profile:
 
 
 # GPU figures: NVIDIA datasheets (fp32 CUDA-core peak at boost clock, DRAM bandwidth, SM count).
-# Launch overhead: a CUDA kernel launch plus the runtime's per-op work is about 5 us on all of
-# them (host-bound, so the same for every GPU). GPU ops are costed from DRAM (an activation
-# between two kernels may still sit in L2; small kernels are launch-bound anyway). 80% of DRAM bandwidth is what a streaming kernel
-# reaches; cuDNN/cuBLAS fp32 kernels reach about 3/4 of peak on large problems, grouped and
-# depthwise kernels about half that again (narrow per-group GEMMs: little reuse per tile). One SM
-# draws about 3x its fair share of DRAM bandwidth (an assumption: latency-bound, a kernel needs
-# about a third of the SMs busy to saturate memory). GEMM output tiles 128, 64 or 32 square.
+# The rest are assumptions, the same for every GPU:
+# - launch: a CUDA kernel launch plus the runtime's per-node work, about 5 us (host-bound); a view
+#   (no kernel) 1 us of dispatch;
+# - memory from DRAM only (an activation may still sit in L2, but small kernels are launch-bound
+#   anyway), 80% of the datasheet bandwidth reached by a streaming kernel;
+# - cuDNN/cuBLAS fp32 kernels reach about 3/4 of peak on large problems with 128x128 output tiles
+#   (64 and 32 are tried too); grouped/depthwise convs half that (narrow per-group GEMMs);
+# - one busy SM draws about 2x its fair share of DRAM bandwidth (loads in flight per SM are
+#   limited), so a GEMM needs about half the SMs busy to saturate memory.
 PROFILES = {
     # NVIDIA T4 (datasheet): 8.1 TFLOP/s fp32, 65 TFLOP/s fp16 tensor, 320 GB/s GDDR6, 40 SMs
-    "t4": Profile("t4", 8.1e12, 65e12, 320e9, 0.8, 0, 0, 5e-6, 1e-6, 40, 128, 0.75, 3, 0.5),
+    "t4": Profile("t4", 8.1e12, 65e12, 320e9, 0.8, 0, 0, 5e-6, 1e-6, 40, 128, 0.75, 2, 0.5),
     # NVIDIA V100 SXM2 (datasheet): 15.7 TFLOP/s fp32, 125 TFLOP/s fp16 tensor, 900 GB/s HBM2, 80 SMs
-    "v100": Profile("v100", 15.7e12, 125e12, 900e9, 0.8, 0, 0, 5e-6, 1e-6, 80, 128, 0.75, 3, 0.5),
+    "v100": Profile("v100", 15.7e12, 125e12, 900e9, 0.8, 0, 0, 5e-6, 1e-6, 80, 128, 0.75, 2, 0.5),
     # NVIDIA A100 40GB SXM (datasheet): 19.5 TFLOP/s fp32, 312 TFLOP/s fp16 tensor, 1,555 GB/s HBM2, 108 SMs
-    "a100": Profile("a100", 19.5e12, 312e12, 1555e9, 0.8, 0, 0, 5e-6, 1e-6, 108, 128, 0.75, 3, 0.5),
+    "a100": Profile("a100", 19.5e12, 312e12, 1555e9, 0.8, 0, 0, 5e-6, 1e-6, 108, 128, 0.75, 2, 0.5),
     # NVIDIA H100 SXM5 (datasheet): 67 TFLOP/s fp32, 989 TFLOP/s fp16 tensor (dense), 3.35 TB/s HBM3, 132 SMs
-    "h100": Profile("h100", 67e12, 989e12, 3350e9, 0.8, 0, 0, 5e-6, 1e-6, 132, 128, 0.75, 3, 0.5),
+    "h100": Profile("h100", 67e12, 989e12, 3350e9, 0.8, 0, 0, 5e-6, 1e-6, 132, 128, 0.75, 2, 0.5),
 }
 
 
@@ -101,8 +106,11 @@ def cpu_profile(cores: int = 2) -> Profile:
     """A generic AVX2/FMA server, ``cores`` cores. Per core: 2 FMA units x 8 fp32 lanes x 2 flops
     x 2.5 GHz (all-core AVX2 clock) = 80 GFLOP/s; no faster for f16. Memory: the first 2 MB an op
     touches a core (L2 + its share of L3, where mid-size activations live between ops) at 50 GB/s,
-    the rest from DRAM at 12 GB/s a core (what one core streams), 80% reached. Per-op overhead ~1 us (onnxruntime's per-node dispatch; a view 0.3 us). MLAS sgemm reaches
-    ~70% of peak on large GEMMs."""
+    the rest from DRAM at 12 GB/s a core (what one core streams), 80% reached. Per-op overhead
+    ~1 us (onnxruntime's per-node dispatch; a view 0.3 us). MLAS sgemm reaches ~70% of peak on
+    large GEMMs. (Measured on a 2-core AMD EPYC VM with onnxruntime 1.31, 1 thread: ~230 GFLOP/s
+    on a 512^3 MatMul, ~100 GB/s on a 4 MB Add, ~0.3 us per node: a modern core beats this
+    generic one; ``cpu`` measures the real machine.)"""
     cores = max(1, int(cores))
     return Profile("cpu" if cores == 2 else f"cpu{cores}", 80e9 * cores, 80e9 * cores, 12e9 * cores, 0.8,
                    2e6 * cores, 50e9 * cores, 1e-6, 3e-7, cores, 128, 0.7, 0, 0.5)
@@ -229,44 +237,38 @@ class Analytic(CostModel):
         mem = (b - cached) / (p.bandwidth * p.mem_eff) + (cached / p.cache_bw if cached else 0.0)
         g = _gemm(sig)
         if g is not None:
-            compute = self._gemm_time(sig, *g)
-        elif k in _MOVES or "." in k:
+            return 1e3 * (p.launch_s + self._gemm_time(sig, mem, *g))
+        if k in _MOVES or "." in k:
             compute = 0.0  # data movement and generic ops: memory-bound
         else:
             # elementwise, pools, batchnorm: max/add/compare are one op a lane-cycle, half the FMA rate
             compute = flops(sig) / (0.5 * p.peak_flops)
         return 1e3 * (p.launch_s + max(compute, mem))
 
-    def _gemm_time(self, sig: OpSig, b: int, m: int, n: int, kk: int) -> float:
-        """The best over square output tiles of edge ``tile``, /2, /4 (a library picks its kernel):
-        smaller tiles fill more slots but reuse less (efficiency T/(T+16), relative to the largest)."""
+    def _gemm_time(self, sig: OpSig, mem: float, b: int, m: int, n: int, kk: int) -> float:
+        """max(compute, memory) of a GEMM, the best over square output tiles of edge ``tile``, /2, /4 (a
+        library picks its kernel): smaller tiles fill more slots but reuse less (efficiency T/(T+16),
+        relative to the largest)."""
         if min(b, m, n, kk) <= 0:
-            return 0.0
+            return mem
         p = self.p
-        top = p.tile / (p.tile + 16.0)
-        return min(self._tiled(sig, b, m, n, kk, t, (t / (t + 16.0)) / top) for t in (p.tile, p.tile // 2, p.tile // 4))
-
-    def _tiled(self, sig: OpSig, b: int, m: int, n: int, kk: int, tile: int, tile_eff: float) -> float:
-        p = self.p
-        tm, tn = min(tile, m), min(tile, n)
-        tiles = b * math.ceil(m / tm) * math.ceil(n / tn)
-        # waves of ``slots`` tiles: at least one whole wave, and half a wave idle at the tail on average
-        waves = max(1.0, tiles / p.slots + 0.5)
-        work = waves * p.slots * 2.0 * tm * tn * kk
-        eff = p.gemm_eff * tile_eff
-        if sig.kind == "conv2d" and b > 1:
-            eff *= p.grouped_eff
         peak = p.peak_flops_16 if sig.dtype in ("f16", "bf16") else p.peak_flops
-        epi = flops(sig) - 2.0 * b * m * n * kk  # bias and activation, fused in the epilogue
-        compute = work / (peak * eff) + epi / (0.5 * p.peak_flops)
-        if not p.slot_bw_share:
-            return compute
-        # memory side of the same waves: a tile streams its slice of both operands and its outputs, and a
-        # busy SM draws only ``slot_bw_share`` x its fair share of DRAM bandwidth (loads in flight are
-        # limited), so a GEMM with few tiles (a GEMV, a small matmul) cannot saturate memory
-        tile_bytes = _elem_bytes(sig.dtype) * (tm * kk + kk * tn + tm * tn)
-        slot_bw = p.slot_bw_share * p.bandwidth * p.mem_eff / p.slots
-        return max(compute, waves * tile_bytes / slot_bw)
+        eff = p.gemm_eff * (p.grouped_eff if sig.kind == "conv2d" and b > 1 else 1.0)
+        epi = (flops(sig) - 2.0 * b * m * n * kk) / (0.5 * p.peak_flops)  # bias, activation: fused epilogue
+        best = math.inf
+        for t in (p.tile, p.tile // 2, p.tile // 4):
+            tm, tn = min(t, m), min(t, n)
+            tiles = b * math.ceil(m / tm) * math.ceil(n / tn)
+            # waves of ``slots`` tiles: at least one whole wave, and half a wave idle at the tail on average
+            waves = max(1.0, tiles / p.slots + 0.5)
+            tile_eff = (t / (t + 16.0)) / (p.tile / (p.tile + 16.0))
+            compute = waves * p.slots * 2.0 * tm * tn * kk / (peak * eff * tile_eff) + epi
+            # the busy fraction of the slots also bounds the bandwidth: one busy slot draws
+            # ``slot_bw_share`` x its fair share (0: not modelled)
+            busy = tiles / (waves * p.slots)
+            share = min(1.0, p.slot_bw_share * busy) if p.slot_bw_share else 1.0
+            best = min(best, max(compute, mem / share))
+        return best
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,7 +522,8 @@ def get_cost_model(spec: str = "analytic") -> CostModel:
     if s == "cpu" or s.startswith("cpu:"):
         n = s.split(":", 1)[1] if ":" in s else os.environ.get("TASO_COST_CPU_THREADS", "1")
         if not n.isdigit() or int(n) < 1:
-            raise TasoError(f"unknown cost model '{spec}': the thread count must be a positive integer (valid: {valid})")
+            raise TasoError(f"unknown cost model '{spec}': the thread count must be a positive integer "
+                            f"(valid: {valid})")
         return CpuMeasured(threads=int(n))
     if s == "cuda" or s.startswith("cuda:"):
         raise TasoError(f"cost model '{spec}' is not available yet: the CUDA-measured backend is a separate issue; "

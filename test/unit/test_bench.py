@@ -220,7 +220,7 @@ def test_cost_model_and_pipeline_in_process(capsys, tmp_path):
         assert m["status"] == "ok"
         assert m["cost"] == {"model": "analytic", "before": None, "after": None, "status": taso_bench.COST_UNAVAILABLE}
         assert m["latency"]["rounds"] == 2
-    assert "cost model: analytic: unavailable until taso-search lands" in (tmp_path / "report.md").read_text()
+    assert "cost model: analytic: unavailable: the optimizer is not taso-search" in (tmp_path / "report.md").read_text()
 
 
 def test_baseline(capsys, tmp_path, quick_run):

@@ -73,8 +73,18 @@ def run_function(fop, inputs: list) -> list:
     raise AssertionError("no return")
 
 
+_CTX: list = []
+
+
+def _context():
+    """One MLIR context for the whole file (a context per rewrite would hold gigabytes)."""
+    if not _CTX:
+        _CTX.append(make_context())
+    return _CTX[0]
+
+
 def _apply_and_compare(rw: RB.Rewrite, shapes: dict, kinds: dict, seed: int) -> str:
-    ctx = make_context()
+    ctx = _context()
     try:
         G.infer(rw.src, shapes)
         G.infer(rw.dst, shapes)
