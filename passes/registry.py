@@ -124,7 +124,7 @@ def _run_search(op: ir.Operation, opts: dict) -> None:
 
 
 def _cost_model_name(v: str) -> bool:
-    return v == "analytic" or v == "cpu" or v.split(":")[0] in ("analytic", "cuda")
+    return v in ("analytic", "cpu") or v.split(":")[0] in ("analytic", "cpu", "cuda")
 
 
 register(PassInfo(
