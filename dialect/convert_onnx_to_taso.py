@@ -7,7 +7,9 @@ Input: functions made of ONNX operations in either spelling
 Output: the same functions on builtin tensor types, where
 - operators in TASO's set (see ``specs.py``) become `taso` ops when the spec expresses the node exactly
   (static shapes, supported attribute values); the spec's shape function is checked against ONNX's
-  inferred result types;
+  inferred result types. A node may become several ops: ``Gemm`` (2-D, alpha = 1, beta = 1 or no C) is
+  ``[taso.transpose] -> taso.matmul -> [taso.ewadd]``, where a transposed weight is a new weight
+  ``<name>.T`` (one per weight, uniquely named);
 - initializers and ``Constant`` nodes become ``taso.weight`` ops with inline dense values;
 - ``Identity`` nodes are removed;
 - every other node stays a generic ``"onnx.<Op>"`` operation (onnx-mlir's spelling) with its
@@ -25,9 +27,9 @@ import numpy as np
 
 from .errors import TasoError, one_line
 from .mlir import func, ir
-from .ops import (TASO_ELEMS, dead_code_elimination, type_shape, create_taso_op, int_value, loc_name, named, pyval,
-                  shape_of, str_list, str_value, verify_taso_op)
-from .specs import MAX_ARITY, SpecError, resolve_auto_pad, spec
+from .ops import (TASO_ELEMS, dead_code_elimination, dense_array, type_shape, create_taso_op, int_value, loc_name,
+                  named, pyval, shape_of, str_list, str_value, verify_taso_op)
+from .specs import MAX_ARITY, SpecError, broadcast_shape, resolve_auto_pad, spec
 from .types import vtensor_to_builtin
 
 DEFAULT_OPSET = 17
@@ -208,6 +210,52 @@ def _r_batchnorm(n: _Node):
     return "batchnorm", list(n.operands), dict(epsilon=n.get("epsilon", 1e-5))
 
 
+class _Step:
+    """The result of an earlier step of a multi-op raise (an operand of a later step)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+def _r_gemm(n: _Node):
+    """``Gemm``: Y = alpha * op(A) @ op(B) + beta * C, raised for 2-D static A and B with alpha = 1 and
+    (no C or beta = 1) as ``[transpose(A)] -> matmul(., op(B)) -> [ewadd(., C)]``; op(B) of a weight is a
+    transposed weight (``_transposed_weight``). C broadcasts to (M, N) unidirectionally, as ewadd's ONNX
+    broadcasting does here. Other alpha/beta stay generic: scaling by ``taso.smul`` would round
+    differently from onnxruntime's fused Gemm."""
+    a, b = n.operands[0], n.operands[1]
+    c = n.operands[2] if len(n.operands) > 2 else _NONE
+    if len(n.results) != 1 or not _static(a, b) or len(shape_of(a)) != 2 or len(shape_of(b)) != 2:
+        return None
+    out = type_shape(n.results[0])
+    if out is None or len(out) != 2:
+        return None
+    if float(n.get("alpha", 1.0)) != 1.0:
+        return None
+    if c is not _NONE:
+        if float(n.get("beta", 1.0)) != 1.0 or not _static(c):
+            return None
+        cs = shape_of(c)
+        try:
+            if len(cs) > 2 or broadcast_shape(cs, out) != out:
+                return None  # only C -> (M, N) (unidirectional)
+        except SpecError:
+            return None
+    steps = []
+    if n.get("transA", 0):
+        steps.append(("transpose", [a], dict(perm=[1, 0])))
+        a = _Step(len(steps) - 1)
+    if n.get("transB", 0):
+        steps.append(("transpose", [b], dict(perm=[1, 0])))
+        b = _Step(len(steps) - 1)
+    steps.append(("matmul", [a, b], dict(activation="none")))
+    if c is not _NONE:
+        steps.append(("ewadd", [_Step(len(steps) - 1), c], {}))
+    return steps
+
+
 RAISERS = {
     "Conv": _r_conv,
     "MatMul": _r_matmul,
@@ -223,6 +271,7 @@ RAISERS = {
     "MaxPool": _r_maxpool,
     "AveragePool": _r_avgpool,
     "BatchNormalization": _r_batchnorm,
+    "Gemm": _r_gemm,
 }
 
 #: The attributes each raiser understands. A node carrying any other attribute (a legacy one such as
@@ -244,6 +293,7 @@ RAISER_ATTRS = {
     "AveragePool": {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"},
     # momentum only matters for training; spatial (opsets 7-8) must be 1, checked below
     "BatchNormalization": {"epsilon", "momentum", "training_mode", "spatial"},
+    "Gemm": {"alpha", "beta", "transA", "transB"},  # (Gemm-1..6's broadcast attribute keeps it generic)
 }
 
 
@@ -261,6 +311,10 @@ def _raisable(n: _Node, opset: int) -> bool:
     if n.op_type == "BatchNormalization":
         # before opset 7 the node runs in training mode unless is_test=1, and the export cannot say so
         return opset >= 7 and n.get("spatial", 1) == 1
+    if n.op_type == "Gemm" and opset < 7 and len(n.operands) > 2:
+        # Gemm-1..6 broadcast C only with broadcast=1, and the exported Add-1..6 does not broadcast at all
+        c, y = shape_of(n.operands[2]) if n.operands[2] is not _NONE else None, type_shape(n.results[0])
+        return c is not None and c == y
     return True
 
 
@@ -276,23 +330,138 @@ def _arity_ok(n: _Node, opset: int) -> bool:
     return sch.min_input <= len(n.operands) <= sch.max_input and sch.min_output <= len(n.results) <= sch.max_output
 
 
-def _spec_accepts(tname: str, operands, results, attrs) -> bool:
+def _spec_accepts(tname: str, operand_types, results, attrs) -> bool:
     """Whether ``taso.<tname>`` expresses the node: its spec's constraints hold (e.g. pooling pads
     smaller than the kernel) and all element types agree. A result shape that differs from ONNX's
     inference is not caught here: ``verify_taso_op`` reports that loudly, as a disagreement."""
     s = spec(tname)
     try:
         full = s.complete_attrs(attrs)
-        ins = [shape_of(v) for v in operands]
+        ins = [type_shape(t) for t in operand_types]
         outs = [type_shape(t) for t in results]
         if any(x is None for x in ins + outs):
             return False
         s.shape(ins, full, outs)
     except SpecError:
         return False
-    ets = {str(ir.ShapedType(v.type).element_type) for v in operands}
+    ets = {str(ir.ShapedType(t).element_type) for t in operand_types}
     ets |= {str(ir.ShapedType(t).element_type) for t in results}
     return len(ets) <= 1 and ets <= TASO_ELEMS
+
+
+def _typed_plan(plan, n: _Node) -> Optional[list]:
+    """A raiser's steps ``(taso name, operands, attrs)`` (an operand may be a ``_Step``) with their result
+    types: the last step's are the node's, an earlier step's come from its spec's shape function. None
+    (the node stays generic) if a step is not expressible (see ``_spec_accepts``)."""
+    types: list = []
+    out = []
+    for i, (tname, operands, attrs) in enumerate(plan):
+        if any(v is _NONE for v in operands):
+            return None
+        ins = [types[v.index][0] if isinstance(v, _Step) else v.type for v in operands]
+        if i == len(plan) - 1:
+            results = list(n.results)
+        else:
+            s = spec(tname)
+            try:
+                shapes = s.shape([type_shape(t) for t in ins], s.complete_attrs(attrs), None)
+            except (SpecError, TypeError):
+                return None
+            et = ir.ShapedType(ins[0]).element_type
+            results = [ir.RankedTensorType.get(list(shp), et, loc=ir.Location.unknown()) for shp in shapes]
+        if not _spec_accepts(tname, ins, results, attrs):
+            return None
+        types.append(results)
+        out.append((tname, operands, attrs, results))
+    return out
+
+
+class _Weights:
+    """One function's weights: unique names for the weights the conversion makes, and the transposed
+    weights made for raised nodes (one per source weight, shared by all its readers)."""
+
+    def __init__(self, old_block, reserved=()):
+        self._block = old_block
+        self._reserved = set(reserved)
+        self._names: Optional[set] = None  # every name the function's weights have or will have
+        self.count = 0  # const_<n> names
+        self.transposed: dict = {}  # (source weight value, perm) -> transposed weight value
+
+    def _taken(self) -> set:
+        """The names of all ops of the function being converted, read on first need: a weight's name is its
+        location name, its dense_resource key, or its ``name`` attribute (over-reserving is harmless)."""
+        if self._names is None:
+            names = set(self._reserved)
+            for op in self._block.operations:
+                o = op.operation
+                ln = loc_name(o.location)
+                if ln:
+                    names.add(ln)
+                for key in ("name", "value", "torch.onnx.value"):
+                    if key not in o.attributes:
+                        continue
+                    a = o.attributes[key]
+                    if isinstance(a, ir.StringAttr):
+                        names.add(str_value(a))
+                    elif not isinstance(a, ir.DenseElementsAttr):
+                        m = _DENSE_RESOURCE_RE.match(str(a))
+                        if m:
+                            names.add(m.group(1))
+            self._names = names
+        return self._names
+
+    def add(self, name: str) -> None:
+        """Record the name of a weight the conversion made."""
+        self._reserved.add(name)
+        if self._names is not None:
+            self._names.add(name)
+
+    def fresh(self, hint: str) -> str:
+        taken = self._taken()
+        name, i = hint, 0
+        while name in taken:
+            i += 1
+            name = f"{hint}_{i}"
+        taken.add(name)
+        return name
+
+
+def _weight_of(v) -> Optional[ir.Operation]:
+    """The ``taso.weight`` op producing ``v``, else None."""
+    owner = v.owner
+    op = getattr(owner, "operation", owner)
+    return op if isinstance(op, ir.Operation) and op.name == "taso.weight" else None
+
+
+def _transposed_weight(v, perm, weights: _Weights) -> Optional[ir.Value]:
+    """``transpose(v, perm)`` for a weight ``v`` as a new weight (its value transposed in numpy, its name
+    ``<name>.T`` made unique), made once per weight and permutation; None if ``v`` is not a weight whose
+    value numpy can read (bf16, ...): the caller keeps a ``taso.transpose``."""
+    key = (v, tuple(perm))
+    if key in weights.transposed:
+        return weights.transposed[key]
+    w = _weight_of(v)
+    if w is None:
+        return None
+    value = w.attributes["value"]
+    if not isinstance(value, ir.DenseElementsAttr):
+        return None
+    src = ir.RankedTensorType(v.type)
+    ttype = ir.RankedTensorType.get([src.shape[p] for p in perm], src.element_type, loc=ir.Location.unknown())
+    try:
+        if value.is_splat:
+            new_value = ir.DenseElementsAttr.get_splat(ttype, value.get_splat_value())
+        else:
+            arr = dense_array(value, f"{w.location}: weight value")
+            from .onnx_import import dense_attr
+            new_value = dense_attr(np.transpose(arr, perm), ttype)
+    except TasoError:
+        return None
+    name = weights.fresh(str_value(w.attributes["name"], f"{w.location}: weight name") + ".T")
+    t = create_taso_op("weight", [], [ttype], {}, loc=ir.Location.name(name, childLoc=w.location),
+                       extra={"name": ir.StringAttr.get(name), "value": new_value})
+    weights.transposed[key] = t.results[0]
+    return t.results[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -539,7 +708,7 @@ def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset:
         vmap[a] = b
     none_value = None
     returned = None
-    counter = [0]
+    weights = _Weights(old_block, in_names + list(out_names or ()))
 
     def none():
         nonlocal none_value
@@ -579,7 +748,7 @@ def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset:
                 for a, b in zip(o.results, new_op.results):
                     vmap[a] = b
                 continue
-            _convert_node(n, vmap, none, res, where, counter, opset=opsets.get("", default_opset))
+            _convert_node(n, vmap, none, res, where, weights, opset=opsets.get("", default_opset))
         if returned is None:
             raise TasoError(f"{where}: function has no return")
         if any(v is _NONE for v in returned):
@@ -611,7 +780,7 @@ def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset:
     new.attributes["sym_name"] = name
 
 
-def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, counter,
+def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, weights: _Weights,
                   opset: int = DEFAULT_OPSET) -> None:
     o = n.old
     # Constants (the importer's initializers, onnx-mlir's onnx.Constant) -> taso.weight
@@ -633,8 +802,9 @@ def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, counter,
             m = _DENSE_RESOURCE_RE.match(str(n.attrs["value"]))
             wname = m.group(1) if m else None
         if not wname:
-            counter[0] += 1
-            wname = f"const_{counter[0]}"
+            weights.count += 1
+            wname = f"const_{weights.count}"
+        weights.add(wname)
         if str(value.type) != str(n.results[0]):
             raise TasoError(f"{where}: {n.where()}: the value's type {value.type} differs from the result type "
                             f"{n.results[0]}")
@@ -653,19 +823,27 @@ def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, counter,
             and _raisable(n, opset):
         try:
             r = raiser(n)
+            # one op (taso name, operands, attrs), or a list of such steps (a multi-op raise)
+            plan = None if r is None else _typed_plan(r if isinstance(r, list) else [r], n)
         except (SpecError, ValueError, TypeError, IndexError):
-            r = None
-        if r is not None:
-            tname, operands, attrs = r
-            if any(v is _NONE for v in operands) or not _spec_accepts(tname, operands, n.results, attrs):
-                r = None
-        if r is not None:
-            try:
-                new_op = create_taso_op(tname, operands, n.results, attrs, loc=n.loc)
-            except SpecError as e:
-                raise TasoError(f"{where}: {n.where()}: {e}") from None
-            verify_taso_op(new_op)  # the spec's shape function must agree with ONNX's inference
-            for a, b in zip(o.results, new_op.results):
+            plan = None
+        if plan is not None:
+            made: list = []
+            for tname, operands, attrs, results in plan:
+                operands = [made[v.index].results[0] if isinstance(v, _Step) else v for v in operands]
+                if tname == "transpose" and len(plan) > 1:
+                    # a transposed weight in a multi-op raise (Gemm's transB) is a weight of its own
+                    t = _transposed_weight(operands[0], attrs["perm"], weights)
+                    if t is not None:
+                        made.append(t.owner)
+                        continue
+                try:
+                    new_op = create_taso_op(tname, operands, results, attrs, loc=n.loc)
+                except SpecError as e:
+                    raise TasoError(f"{where}: {n.where()}: {e}") from None
+                verify_taso_op(new_op)  # the spec's shape function must agree with ONNX's inference
+                made.append(new_op)
+            for a, b in zip(o.results, made[-1].results):
                 vmap[a] = b
             return
     # generic op, kept as it is

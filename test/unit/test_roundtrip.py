@@ -57,6 +57,34 @@ EXPECTED_TASO = {
 }
 #: Inputs that a taso op carries as an attribute instead (Reshape's shape, Split's sizes).
 ATTR_INPUTS = {("Reshape", 1), ("Split", 1)}
+#: Inputs that a raised Gemm reads transposed (transA / transB): a weight read there comes back transposed,
+#: as ``<name>.T`` (convert-onnx-to-taso raises Gemm to [transpose] -> matmul -> [ewadd]).
+GEMM_TRANSPOSED = {0: "transA", 1: "transB"}
+
+
+def _reads(model: onnx.ModelProto) -> dict:
+    """value name -> {(op_type, input index, read transposed by a Gemm)}"""
+    reads = collections.defaultdict(set)
+    for n in model.graph.node:
+        at = {a.name: a.i for a in n.attribute} if n.op_type == "Gemm" else {}
+        for i, x in enumerate(n.input):
+            reads[x].add((n.op_type, i, bool(at.get(GEMM_TRANSPOSED.get(i, ""), 0))))
+    return reads
+
+
+def gemm_lowering(model: onnx.ModelProto) -> collections.Counter:
+    """The ops the (live) Gemm nodes of these models become: a MatMul each, an Add where there is C, a
+    Transpose for each transposed operand that is not a weight."""
+    inits = {t.name for t in model.graph.initializer}
+    out = collections.Counter()
+    for n in live_nodes(model):
+        if n.op_type != "Gemm" or n.domain not in ("", "ai.onnx"):
+            continue
+        at = {a.name: a.i for a in n.attribute}
+        out["MatMul"] += 1
+        out["Add"] += len(n.input) > 2 and bool(n.input[2])
+        out["Transpose"] += sum(bool(at.get(a, 0)) and n.input[i] not in inits for i, a in GEMM_TRANSPOSED.items())
+    return out
 
 
 def _random_variant(kind: str, seed: int) -> dict:
@@ -170,14 +198,18 @@ def check_interface(original: onnx.ModelProto, out: onnx.ModelProto) -> None:
 
 def check_initializers(original: onnx.ModelProto, out: onnx.ModelProto) -> None:
     """Every initializer keeps its name and value, except those only read as an attribute of a taso op
-    (Reshape's shape, Split's sizes)."""
-    consumers = collections.defaultdict(set)
-    for n in original.graph.node:
-        for i, x in enumerate(n.input):
-            consumers[x].add((n.op_type, i))
+    (Reshape's shape, Split's sizes); one read transposed by a Gemm comes back as ``<name>.T``, transposed
+    (and under its own name too if something else reads it)."""
+    reads = _reads(original)
     got = {t.name: t for t in out.graph.initializer}
     for t in original.graph.initializer:
-        if consumers[t.name] and consumers[t.name] <= ATTR_INPUTS:
+        plain = {(op, i) for op, i, transposed in reads[t.name] if not transposed}
+        if any(transposed for _, _, transposed in reads[t.name]):
+            assert f"{t.name}.T" in got, f"initializer '{t.name}' read transposed by a Gemm: no '{t.name}.T'"
+            np.testing.assert_array_equal(numpy_helper.to_array(got[f"{t.name}.T"]), numpy_helper.to_array(t).T)
+            if not plain:
+                continue
+        if reads[t.name] and plain <= ATTR_INPUTS:
             continue
         assert t.name in got, f"initializer '{t.name}' lost its name"
         np.testing.assert_array_equal(numpy_helper.to_array(got[t.name]), numpy_helper.to_array(t))
@@ -189,19 +221,25 @@ def check_raised(kind: str, original: onnx.ModelProto, module) -> None:
     missing = EXPECTED_TASO[kind] - present
     assert not missing, f"missing taso ops {sorted(missing)}; module has {sorted(present)}"
     orig = collections.Counter(n.op_type for n in live_nodes(original) if n.domain in ("", "ai.onnx"))
+    gemm = gemm_lowering(original)  # Gemm nodes become matmul (+ ewadd, + transpose)
+    assert counts["onnx.Gemm"] == 0, f"{counts['onnx.Gemm']} Gemm node(s) stayed generic"
     for op_type, taso_ops in RAISED.items():
         n_taso = sum(counts[t] for t in taso_ops)
+        want = orig[op_type] + gemm[op_type]
         assert counts[f"onnx.{op_type}"] == 0, f"{counts[f'onnx.{op_type}']} {op_type} node(s) stayed generic"
-        assert n_taso == orig[op_type], f"{orig[op_type]} {op_type} nodes but {n_taso} {'/'.join(taso_ops)} ops"
+        assert n_taso == want, f"{orig[op_type]} {op_type} nodes (+{gemm[op_type]} from Gemm) but {n_taso} " \
+            f"{'/'.join(taso_ops)} ops"
     # the rest stays generic, one op per node
     for op_type, n in orig.items():
-        if op_type in RAISED or op_type in ("Identity", "Constant"):
+        if op_type in RAISED or op_type in ("Identity", "Constant", "Gemm"):
             continue
         assert counts[f"onnx.{op_type}"] == n, (op_type, counts[f"onnx.{op_type}"], n)
 
 
 def check_nothing_dropped(original: onnx.ModelProto, out: onnx.ModelProto) -> None:
     want, got = op_counts(original, live_only=True), op_counts(out)
+    want.pop(("", "Gemm"), None)  # (raised: what it becomes is counted instead)
+    want.update({("", op): k for op, k in gemm_lowering(original).items()})
     for key, n in want.items():
         assert got[key] >= n, f"{key}: {n} in the original, {got[key]} after the round trip"
 
