@@ -28,7 +28,7 @@ import numpy as np
 from .errors import TasoError, one_line
 from .mlir import func, ir
 from .ops import (TASO_ELEMS, dead_code_elimination, dense_array, type_shape, create_taso_op, int_value, loc_name,
-                  named, pyval, shape_of, str_list, str_value, verify_taso_op)
+                  named, new_weight, pyval, shape_of, str_list, str_value, verify_taso_op)
 from .specs import MAX_ARITY, SpecError, broadcast_shape, resolve_auto_pad, spec
 from .types import vtensor_to_builtin
 
@@ -458,8 +458,7 @@ def _transposed_weight(v, perm, weights: _Weights) -> Optional[ir.Value]:
     except TasoError:
         return None
     name = weights.fresh(str_value(w.attributes["name"], f"{w.location}: weight name") + ".T")
-    t = create_taso_op("weight", [], [ttype], {}, loc=ir.Location.name(name, childLoc=w.location),
-                       extra={"name": ir.StringAttr.get(name), "value": new_value})
+    t = new_weight(name, new_value, ttype, loc=ir.Location.name(name, childLoc=w.location))
     weights.transposed[key] = t.results[0]
     return t.results[0]
 
@@ -808,8 +807,7 @@ def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, weights: _W
         if str(value.type) != str(n.results[0]):
             raise TasoError(f"{where}: {n.where()}: the value's type {value.type} differs from the result type "
                             f"{n.results[0]}")
-        w = create_taso_op("weight", [], [value.type], {}, loc=n.loc,
-                           extra={"name": ir.StringAttr.get(wname), "value": value})
+        w = new_weight(wname, value, value.type, loc=n.loc)
         vmap[o.results[0]] = w.results[0]
         return
     if n.op_type == "Identity" and n.domain in ("", "ai.onnx") and len(n.operands) == 1 and len(n.results) == 1 \

@@ -232,6 +232,21 @@ def create_taso_op(name: str, operands: Sequence[ir.Value], result_types: Sequen
                                attributes=mattrs, loc=loc)
 
 
+def new_weight(name: str, value: Any, ttype: ir.Type, loc: Optional[ir.Location] = None) -> ir.Operation:
+    """A ``taso.weight`` op named ``name`` of type ``ttype`` (at the current insertion point, if any).
+    ``value`` is an elements attribute of that type, or a numpy array (any float or integer dtype,
+    e.g. float64) that is rounded once to ``ttype``'s element type."""
+    if not isinstance(value, ir.Attribute):
+        from .types import numpy_dtype, onnx_dtype_of_mlir
+
+        rt = ir.RankedTensorType(ttype)
+        dt = numpy_dtype(onnx_dtype_of_mlir(str(rt.element_type)))
+        value = ir.DenseElementsAttr.get(np.ascontiguousarray(np.asarray(value).astype(dt).reshape(rt.shape)),
+                                         type=ttype)
+    return create_taso_op("weight", [], [ttype], {}, loc=loc,
+                          extra={"name": ir.StringAttr.get(name), "value": value})
+
+
 def taso_attrs(op: ir.Operation) -> dict:
     """The spec attributes of a `taso` op as Python values (``value`` as a numpy array)."""
     s = spec(op.name)

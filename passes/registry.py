@@ -117,6 +117,20 @@ register(PassInfo(
 ))
 
 
+def _run_fold_batchnorm(op: ir.Operation, opts: dict) -> None:
+    from .fold_batchnorm import fold_batchnorm
+
+    fold_batchnorm(op)
+
+
+register(PassInfo(
+    "taso-fold-batchnorm",
+    "Fold inference batchnorm into the convolution before it (constant parameters, no fused activation, "
+    "the conv result used only by the batchnorm): conv2d(x, w*k, (b - mean)*k + bias), k = scale/sqrt(var+eps)",
+    _run_fold_batchnorm,
+))
+
+
 def _run_search(op: ir.Operation, opts: dict) -> None:
     from .taso_search import run
 
@@ -129,8 +143,8 @@ def _cost_model_name(v: str) -> bool:
 
 register(PassInfo(
     "taso-search",
-    "TASO's cost-based backtracking search with the verified rules (applied as PDL patterns at the "
-    "chosen sites), then folding of weight-only ops and dead-code elimination",
+    "taso-fold-batchnorm, then TASO's cost-based backtracking search with the verified rules (applied as PDL "
+    "patterns at the chosen sites), then folding of weight-only ops and dead-code elimination",
     _run_search,
     (PassOption("alpha", float, 1.05, "queue graphs costing less than alpha x the best (1: greedy)",
                 (lambda v: 1.0 <= v <= 10.0, "between 1 and 10")),

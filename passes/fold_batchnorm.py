@@ -1,0 +1,167 @@
+"""``taso-fold-batchnorm``: fold inference batch normalization into the convolution before it.
+
+TASO's built-in conv + batchnorm rule. A site is::
+
+    y = taso.conv2d(x, w[, b]) {activation = "none", ...}      (y has no other use)
+    z = taso.batchnorm(y, scale, bias, mean, var) {epsilon}
+
+with ``w``, ``b``, ``scale``, ``bias``, ``mean``, ``var`` all ``taso.weight`` constants of one float
+element type (f16, f32, f64) and ``var[o] + epsilon > 0`` for every channel. It becomes::
+
+    z = taso.conv2d(x, w', b') {same attributes}
+
+where, per output channel o (``w``'s first axis, also for grouped convolutions),
+``k = scale[o] / sqrt(var[o] + epsilon)``, ``w'[o] = w[o] * k`` and
+``b'[o] = (b[o] (0 if absent) - mean[o]) * k + bias[o]``, computed in float64 and rounded once to the
+element type; ``w'`` and ``b'`` are new weights with unique names (``<w>.bn``, ``<bias>.bn``).
+
+Identity (per output element, a convolution output being a finite sum over the window):
+``s*inv*(sum_k w_k x_k + b - m) + beta == sum_k (s*inv*w_k) x_k + ((b - m)*s*inv + beta)`` with
+``inv = 1/sqrt(var + eps) > 0``. ``prove()`` proves it over the reals with Z3 for windows of 1..4
+terms. Everything else (batchnorm after another op, a conv with a fused relu, parameters that are not
+constants, a conv result with other uses, integer or bf16 types, ``var + eps <= 0``) is left as is.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from taso_mlir.dialect.convert_onnx_to_taso import _weight_of, _Weights
+from taso_mlir.dialect.errors import TasoError
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.ops import create_taso_op, dense_array, named, new_weight, str_value, taso_attrs
+from taso_mlir.dialect.specs import SpecError, spec
+
+FLOAT_ELEMS = ("f16", "f32", "f64")
+
+
+def folded_params(w: np.ndarray, b: Optional[np.ndarray], scale: np.ndarray, bias: np.ndarray,
+                  mean: np.ndarray, var: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+    """(w', b') in float64 (see the module docstring); the caller rounds them to the element type."""
+    k = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + epsilon)
+    w2 = w.astype(np.float64) * k.reshape((-1,) + (1,) * (w.ndim - 1))
+    b0 = np.zeros_like(k) if b is None else b.astype(np.float64)
+    return w2, (b0 - mean.astype(np.float64)) * k + bias.astype(np.float64)
+
+
+def _single_use(v: ir.Value) -> bool:
+    return sum(1 for _ in v.uses) == 1
+
+
+def _attrs(op: ir.Operation) -> dict:
+    """The op's complete spec attributes ({} if they do not check: the site is left alone)."""
+    try:
+        return spec(op.name).complete_attrs({k: v for k, v in taso_attrs(op).items() if k not in ("value", "name")})
+    except (SpecError, TasoError):
+        return {}
+
+
+def _site(bn: ir.Operation) -> Optional[tuple]:
+    """(conv op, [w, b or None, scale, bias, mean, var] weight ops) if ``bn`` folds, else None."""
+    if len(bn.operands) != 5:
+        return None
+    y = bn.operands[0]
+    conv = getattr(y.owner, "operation", y.owner)
+    if not isinstance(conv, ir.Operation) or conv.name != "taso.conv2d" or not _single_use(y):
+        return None
+    if _attrs(conv).get("activation") != "none":
+        return None
+    conv_params = list(conv.operands)[1:]
+    ws = [_weight_of(v) for v in conv_params + list(bn.operands)[1:]]
+    if any(w is None for w in ws):
+        return None
+    elems = {str(ir.ShapedType(v.type).element_type) for v in list(conv.operands) + list(bn.operands)}
+    if len(elems) != 1 or elems.pop() not in FLOAT_ELEMS:
+        return None
+    if len(conv_params) == 1:
+        ws.insert(1, None)
+    return conv, ws
+
+
+def fold_function(f: ir.Operation) -> int:
+    """Fold every batchnorm site of one function (source weights left unused are removed). Returns
+    the number folded."""
+    block = f.regions[0].blocks[0]
+    sites = []
+    for o in block.operations:
+        op = o.operation
+        if op.name == "taso.batchnorm":
+            s = _site(op)
+            if s is not None:
+                sites.append((op, *s))
+    if not sites:
+        return 0
+    names = _Weights(block)
+    folded = 0
+    for bn, conv, ws in sites:
+        try:
+            w, b, scale, bias, mean, var = (None if op is None else dense_array(op.attributes["value"])
+                                            for op in ws)
+        except TasoError:
+            continue  # a value numpy cannot read: leave the site as it is
+        eps = _attrs(bn).get("epsilon")
+        if eps is None or any(a is not None and a.shape != (w.shape[0],) for a in (b, scale, bias, mean, var)):
+            continue
+        if not np.all(var.astype(np.float64) + eps > 0):
+            continue
+        w2, b2 = folded_params(w, b, scale, bias, mean, var, eps)
+        if not (np.all(np.isfinite(w2)) and np.all(np.isfinite(b2))):
+            continue
+        w_op, bias_op = ws[0], ws[3]
+        with ir.InsertionPoint(bn):
+            nw = _new_weight(names, w_op, w2, conv.operands[1].type)
+            nb = _new_weight(names, bias_op, b2, bn.operands[2].type)
+            keep = {na.name: na.attr for na in named(conv.attributes) if na.name != "operandSegmentSizes"}
+            new = create_taso_op("conv2d", [conv.operands[0], nw.results[0], nb.results[0]], [bn.results[0].type],
+                                 {}, loc=conv.location, extra=keep)
+        params = []  # the source weights, each once
+        for v in list(conv.operands)[1:] + list(bn.operands)[1:]:
+            if v not in params:
+                params.append(v)
+        bn.results[0].replace_all_uses_with(new.results[0])
+        bn.erase()
+        conv.erase()
+        for v in params:  # the source weights nothing reads any more
+            if not any(True for _ in v.uses):
+                _weight_of(v).erase()
+        folded += 1
+    return folded
+
+
+def _new_weight(names: _Weights, src: ir.Operation, value: np.ndarray, ttype: ir.Type) -> ir.Operation:
+    """A weight named ``<src's name>.bn`` (made unique) holding ``value`` rounded to ``ttype``."""
+    name = names.fresh(str_value(src.attributes["name"], f"{src.location}: weight name") + ".bn")
+    return new_weight(name, value, ttype, loc=ir.Location.name(name, childLoc=src.location))
+
+
+def fold_batchnorm(module_op: ir.Operation) -> int:
+    """Run ``fold_function`` on every function with a body. Returns the number of batchnorms folded."""
+    n = 0
+    for f in module_op.regions[0].blocks[0].operations:
+        if f.operation.name == "func.func" and len(f.operation.regions[0].blocks):
+            n += fold_function(f.operation)
+    return n
+
+
+def prove(max_terms: int = 4):
+    """Z3 proof of the per-output-element identity over the reals, for windows of 1..``max_terms``
+    terms: with ``inv > 0`` (``1/sqrt(var + eps)``) and symbolic s, m, beta, b, w_k, x_k,
+    ``s*inv*(sum_k w_k x_k + b - m) + beta == sum_k (s*inv*w_k) x_k + ((b - m)*s*inv + beta)``.
+    Returns ``z3.unsat`` (no counterexample: proved) or the first other result (``sat``/``unknown``)."""
+    import z3
+
+    s, inv, m, beta, b = z3.Reals("s inv m beta b")
+    for n in range(1, max_terms + 1):
+        w = z3.Reals(" ".join(f"w{k}" for k in range(n)))
+        x = z3.Reals(" ".join(f"x{k}" for k in range(n)))
+        conv = z3.Sum([wk * xk for wk, xk in zip(w, x)]) + b
+        batchnorm = s * inv * (conv - m) + beta
+        folded = z3.Sum([(s * inv * wk) * xk for wk, xk in zip(w, x)]) + ((b - m) * s * inv + beta)
+        solver = z3.Solver()
+        solver.add(inv > 0, batchnorm != folded)
+        r = solver.check()
+        if r != z3.unsat:
+            return r
+    return z3.unsat
