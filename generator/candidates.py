@@ -138,7 +138,7 @@ class Member:
 
 def members_of(en: Enumerator, fps, graph_ops, wanted) -> list[tuple[int, Member]]:
     """The graphs of ``en.run``'s output whose fingerprint is in ``wanted`` (a numpy uint64 array)."""
-    n = en.cfg.max_ops
+    n = en.cfg.slots
     fa = np.frombuffer(fps, dtype=np.uint64)
     ops = np.frombuffer(graph_ops, dtype=np.int32).reshape(-1, n)
     T = en.tensors

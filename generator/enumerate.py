@@ -60,13 +60,36 @@ class Config:
     enlarge_to: tuple = (3, 3)
     pool_kernel: tuple = (3, 3)
     seed: int = 2019
+    #: the operator kinds enumerated (empty: all of TASO's)
+    ops: tuple = ()
+    #: ops whose results are weights (weight-only: folded before anything runs, e.g. the concat of two
+    #: kernels a merge needs) allowed in a graph on top of ``max_ops``
+    max_weight_ops: int = 0
+    #: the first letter of the rule ids this configuration's library uses
+    id_prefix: str = "R"
+    #: convolutions read only the input activations (sibling convolutions, as merges have; no chains)
+    conv_on_inputs: bool = False
+
+    @property
+    def slots(self) -> int:
+        """Most ops in one graph."""
+        return self.max_ops + self.max_weight_ops
 
     def to_json(self) -> dict:
-        return {"max_ops": self.max_ops, "max_outputs": self.max_outputs,
-                "inputs": [[i.name, list(i.shape), i.kind] for i in self.inputs],
-                "constants": [[n, list(s)] for n, s in self.constants],
-                "op_limits": {k: v for k, v in self.op_limits},
-                "enlarge_to": list(self.enlarge_to), "pool_kernel": list(self.pool_kernel), "seed": self.seed}
+        d = {"max_ops": self.max_ops, "max_outputs": self.max_outputs,
+             "inputs": [[i.name, list(i.shape), i.kind] for i in self.inputs],
+             "constants": [[n, list(s)] for n, s in self.constants],
+             "op_limits": {k: v for k, v in self.op_limits},
+             "enlarge_to": list(self.enlarge_to), "pool_kernel": list(self.pool_kernel), "seed": self.seed}
+        if self.ops:  # (written only where they differ from the default, so older files read the same)
+            d["ops"] = list(self.ops)
+        if self.max_weight_ops:
+            d["max_weight_ops"] = self.max_weight_ops
+        if self.id_prefix != "R":
+            d["id_prefix"] = self.id_prefix
+        if self.conv_on_inputs:
+            d["conv_on_inputs"] = True
+        return d
 
     @staticmethod
     def from_json(d: dict) -> "Config":
@@ -74,7 +97,29 @@ class Config:
                       inputs=tuple(InputSpec(n, tuple(s), k) for n, s, k in d["inputs"]),
                       constants=tuple((n, tuple(s)) for n, s in d["constants"]),
                       op_limits=tuple(sorted(d.get("op_limits", {}).items())),
-                      enlarge_to=tuple(d["enlarge_to"]), pool_kernel=tuple(d["pool_kernel"]), seed=d["seed"])
+                      enlarge_to=tuple(d["enlarge_to"]), pool_kernel=tuple(d["pool_kernel"]), seed=d["seed"],
+                      ops=tuple(d.get("ops", ())), max_weight_ops=d.get("max_weight_ops", 0),
+                      id_prefix=d.get("id_prefix", "R"), conv_on_inputs=d.get("conv_on_inputs", False))
+
+
+#: The configurations of the shipped libraries (``taso-gen --family``), by name.
+#:
+#: ``base``: TASO's operators and inputs (the library ``rules.jsonl``).
+#: ``conv-bias``: convolutions with a bias operand (what exported CNNs and folded batch norms have), with
+#: the ops that fuse, merge and enlarge them. Weight-only ops (the concat of two kernels or two biases,
+#: enlarge) do not count towards ``max_ops``: a biased merge of a 1x1 and a 3x3 convolution needs three
+#: of them beside the convolution and the split. At most two convolutions, both on the input activation
+#: (siblings: what merges rewrite), and one relu (``rules-conv-bias.jsonl``).
+FAMILIES = {
+    "base": Config(),
+    "conv-bias": Config(
+        max_ops=3, max_weight_ops=3,
+        inputs=(InputSpec("i1", (2, 4, 5, 5), "act"), InputSpec("c1", (4, 4, 3, 3), "weight"), InputSpec("c2", (4, 4, 3, 3), "weight"),
+                InputSpec("c3", (4, 4, 1, 1), "weight"),
+                InputSpec("b1", (4,), "weight"), InputSpec("b2", (4,), "weight")),
+        constants=(), op_limits=(("conv2d", 2), ("relu", 1)), ops=("conv2d", "relu", "concat", "split", "enlarge"),
+        conv_on_inputs=True, id_prefix="B"),
+}
 
 
 def value_hash(v: np.ndarray) -> int:
@@ -117,6 +162,9 @@ class Enumerator:
         self.order: list[int] = []  # ops[i].order, for sorting
         self.index: dict[tuple, int] = {}  # (name, attrs, operands) -> op id, or -1 if ill-typed
         self.input_ids = []
+        #: convolutions take a bias operand (a configuration with 1-D weight inputs: every convolution is
+        #: biased; the base configuration has the unbiased ones)
+        self._biases = any(len(s.shape) == 1 and s.kind == "weight" for s in config.inputs)
         for i, spec in enumerate(config.inputs):
             v = rng.integers(0, 1 << 32, size=spec.shape, dtype=np.uint64).astype(np.uint32)
             self.input_ids.append(self._new_tensor(v, spec.kind == "weight", -1, i))
@@ -211,7 +259,10 @@ class Enumerator:
         """Ops whose operands are in ``avail`` and use at least one tensor of ``new``."""
         T = self.tensors
         out = []
-        make = self._make
+        allowed = set(self.cfg.ops)
+
+        def make(key):
+            return self._make(key) if not allowed or key[0] in allowed else -1
         for a in new:
             ta = T[a]
             r = len(ta.shape)
@@ -231,11 +282,15 @@ class Enumerator:
                     out.append(make(("smul", (), (a, s))))
             for ax in ta.splits:
                 out.append(make(("split", (("axis", ax),), (a,))))
+        new_bias = self._biases and any(len(T[c].shape) == 1 and T[c].weight for c in new)
         for a in avail:
             ta = T[a]
             for b in avail:
-                if a == b or (a not in new and b not in new):
+                if a == b or (a not in new and b not in new and not new_bias):
                     continue  # an op on the same tensor twice specializes a rule on two tensors
+                if a not in new and b not in new:  # only a new bias: only convolutions are new
+                    if not (len(ta.shape) == 4 and len(T[b].shape) == 4 and not ta.weight and T[b].weight):
+                        continue
                 tb = T[b]
                 if not ta.shape or not tb.shape:
                     continue
@@ -246,11 +301,18 @@ class Enumerator:
                 if ra == 2 and len(tb.shape) == 2 and ta.shape[1] == tb.shape[0]:
                     for act in ("none", "relu"):
                         out.append(make(("matmul", (("activation", act),), (a, b))))
-                if ra == 4 and len(tb.shape) == 4 and not ta.weight and tb.weight and ta.shape[1] % tb.shape[1] == 0:
+                if ra == 4 and len(tb.shape) == 4 and not ta.weight and tb.weight and ta.shape[1] % tb.shape[1] == 0 \
+                        and not (self.cfg.conv_on_inputs and ta.producer >= 0):
                     g = ta.shape[1] // tb.shape[1]
-                    for act in ("none", "relu"):
-                        out.append(make(("conv2d", (("activation", act), ("group", g), ("pads", "same"),
-                                                    ("strides", (1, 1))), (a, b))))
+                    # a bias operand: a 1-D weight with one value per output channel
+                    biases = [(c,) for c in avail if len(T[c].shape) == 1 and T[c].weight
+                              and T[c].shape[0] == tb.shape[0]] if self._biases else [()]
+                    for bias in biases:
+                        if a not in new and b not in new and not (bias and bias[0] in new):
+                            continue
+                        for act in ("none", "relu"):
+                            out.append(make(("conv2d", (("activation", act), ("group", g), ("pads", "same"),
+                                                        ("strides", (1, 1))), (a, b) + bias)))
                 if ra == len(tb.shape) and ta.weight == tb.weight:
                     for ax in range(min(ra, 2)):  # batch/channel (rows/columns) concats
                         if all(ta.shape[i] == tb.shape[i] for i in range(ra) if i != ax):
@@ -261,10 +323,11 @@ class Enumerator:
     def run(self, part: int = 0, parts: int = 1, progress=None):
         """Enumerate the graphs whose first op is base op number i with i % parts == part.
 
-        Returns (fingerprints: array('Q'), ops: array('i') with max_ops slots per graph)."""
+        Returns (fingerprints: array('Q'), ops: array('i') with ``cfg.slots`` slots per graph)."""
         self.fps = array("Q")
         self.graph_ops = array("i")
         n = self.cfg.max_ops
+        self._wleft0 = self.cfg.max_weight_ops
         input_hashes = self.input_hashes = {self.tensors[t].hash for t in self.input_ids}
         for t in self.input_ids:  # 0-op graphs: an input is its own output
             if part == 0:
@@ -273,7 +336,7 @@ class Enumerator:
         for i, o in enumerate(base):
             if i % parts != part:
                 continue
-            self._visit([], set(self.input_ids), input_hashes, frozenset(), base, i, n)
+            self._visit([], set(self.input_ids), input_hashes, frozenset(), base, i, n, wleft=self._wleft0)
             if progress:
                 progress(1)
         return self.fps, self.graph_ops
@@ -283,18 +346,25 @@ class Enumerator:
         for t in sinks:
             fp = (fp + self.tensors[t].hash) & MASK64
         self.fps.append(fp)
-        slots = list(ops) + [-1] * (self.cfg.max_ops - len(ops))
+        slots = list(ops) + [-1] * (self.cfg.slots - len(ops))
         self.graph_ops.extend(slots)
 
     def _visit(self, gops: list, avail_set: set, hashes: set, sinks: frozenset, cands: list, j: int, left: int,
-               comps: tuple = ()):
-        """Add cands[j] to the graph ``gops`` and recurse."""
+               comps: tuple = (), wleft: int = 0):
+        """Add cands[j] to the graph ``gops`` and recurse (``left`` more ops may be added, and ``wleft``
+        more weight-only ops on top)."""
         T = self.tensors
         o = cands[j]
         op = self.ops[o]
         limit = self.limits.get(op.name)
         if limit is not None and sum(self.ops[g].name == op.name for g in gops) >= limit:
             return
+        if wleft and all(T[t].weight for t in op.results):
+            wleft -= 1  # a weight-only op, from the extra budget
+        elif left == 0:
+            return
+        else:
+            left -= 1
         res = op.results
         rh = [T[t].hash for t in res]
         dup = [h in hashes for h in rh]
@@ -307,16 +377,15 @@ class Enumerator:
             return
         new_sinks = (sinks - set(op.operands)) | set(res)
         new_ops = gops + [o]
-        left -= 1
         max_out = self.cfg.max_outputs
-        if len(new_sinks) - left > max_out:  # each further op removes at most one output
+        if len(new_sinks) - (left + wleft) > max_out:  # each further op removes at most one output
             return
         comps = self._join(comps, op, o)
         big = max(len(c) for c in comps) > 1
         if (len(new_sinks) <= max_out and (len(comps) == 1 or (not big and self._parallel(new_ops)))
                 and not any(T[t].weight for t in new_sinks)):
             self._record(tuple(new_ops), new_sinks)
-        if left == 0 or (big and len(comps) - 1 > left):
+        if (left == 0 and wleft == 0) or (big and len(comps) - 1 > left + wleft):
             return
         new_avail = avail_set | set(res)
         hashes2 = hashes | set(rh)
@@ -324,7 +393,7 @@ class Enumerator:
         rest = cands[j + 1:]
         merged = sorted(set(rest).union(fresh), key=self.order.__getitem__)
         for k in range(len(merged)):
-            self._visit(new_ops, new_avail, hashes2, new_sinks, merged, k, left, comps)
+            self._visit(new_ops, new_avail, hashes2, new_sinks, merged, k, left, comps, wleft)
 
     def _parallel(self, ops: list) -> bool:
         """A disconnected graph is kept when it is ops of one kind side by side (a merge rule's source)."""

@@ -33,8 +33,16 @@ PRECONDITIONS = [
 COMMUTATIVE = ["ewadd", "ewmul"]
 
 
-def default_path() -> Path:
-    return Path(__file__).resolve().parent / "rules.jsonl"
+#: the shipped libraries: one per generator family (``enumerate.FAMILIES``), rule ids unique across them
+SHIPPED = {"base": "rules.jsonl", "conv-bias": "rules-conv-bias.jsonl"}
+
+
+def default_path(family: str = "base") -> Path:
+    return Path(__file__).resolve().parent / SHIPPED[family]
+
+
+def shipped_paths() -> list[Path]:
+    return [default_path(f) for f in SHIPPED]
 
 
 def operand_vars(g: G.Graph) -> set:

@@ -103,7 +103,7 @@ def generate(cfg: Config, jobs: int = 1, progress=None, log=print) -> tuple[dict
     counts["usable"] = len(records)
     records.sort(key=lambda r: (r["ops"][0] + r["ops"][1], r["text"]))
     for i, r in enumerate(records):
-        r["id"] = f"R{i + 1:04d}"
+        r["id"] = f"{cfg.id_prefix}{i + 1:04d}"
     times["symbolic_shapes"] = time.perf_counter() - t2
     times["total"] = time.perf_counter() - t0
     log(f"  {len(records)} usable rules (a direction whose source binds every variable)")

@@ -1,6 +1,7 @@
 """The verified rules as rewrites, and the one check of a rule at a site.
 
-A *rewrite* is a proved rule of the library (``generator/rules.jsonl``) in one of its usable
+A *rewrite* is a proved rule of the shipped libraries (``generator/rules.jsonl``, the base family, and
+``generator/rules-conv-bias.jsonl``, convolutions with a bias operand) in one of its usable
 directions: ``src -> dst`` for "forward", ``dst -> src`` for "backward". Rewrite ids are the rule id
 with a direction suffix (``R0091f``, ``R0091b``).
 
@@ -14,7 +15,8 @@ use the same check, :func:`check_site`:
 The check is what makes an application sound; it is every precondition the rules file states:
 
 1. the ops have the rule's kinds and operand structure (up to the commutativity of ewadd and ewmul),
-   distinct ops for distinct rule ops, and no bias operand on a convolution;
+   distinct ops for distinct rule ops (so a rule's convolution with a bias operand matches only biased
+   convolutions, and one without only unbiased ones);
 2. every attribute equals the rule's, with the rule's symbolic attributes (split sizes, constant
    shapes, ``pads="same"``, ``group="grouped"``) resolved at the site's shapes, and spec defaults for
    attributes the rule does not name (so dilations are 1);
@@ -107,13 +109,20 @@ def _connected(g: G.Graph) -> bool:
 
 
 def load(path=None, status: str = "proved") -> list[Rewrite]:
-    """Every usable direction of every rule with the given proof status, in file order."""
+    """Every usable direction of every rule with the given proof status, in file order: of the rules
+    file ``path`` (several separated by commas), by default of every shipped library."""
+    paths = [p for p in str(path).split(",") if p] if path else library.shipped_paths()
     out = []
-    for record, src, dst in library.rules(path, status):
-        for direction in record["directions"]:
-            a, b = (src, dst) if direction == "forward" else (dst, src)
-            if library.usable(a, b):
-                out.append(_make(record["id"], direction, record, a, b))
+    seen: dict = {}
+    for p in paths:
+        for record, src, dst in library.rules(p, status):
+            if record["id"] in seen:
+                raise library.LibraryError(f"{p}: rule id {record['id']} is also in {seen[record['id']]}")
+            seen[record["id"]] = p
+            for direction in record["directions"]:
+                a, b = (src, dst) if direction == "forward" else (dst, src)
+                if library.usable(a, b):
+                    out.append(_make(record["id"], direction, record, a, b))
     return out
 
 

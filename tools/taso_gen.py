@@ -2,15 +2,18 @@
 
     taso-gen --max-ops 4 --jobs 2 -o rules.jsonl
     taso-verify rules.jsonl --in-place            # then prove them
+    taso-gen --family conv-bias -o rules-conv-bias.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
 from . import cli
+from ..generator.enumerate import FAMILIES
 
 #: TASO's published stage counts (SOSP'19, N = 4), printed beside ours for scale
 TASO_COUNTS = {"candidates": 28744, "after_renaming": 17346, "after_common_subgraph": 743}
@@ -44,12 +47,19 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     from ..dialect.errors import TasoError
     ap = argparse.ArgumentParser(prog="taso-gen", description=__doc__.strip().splitlines()[0])
-    ap.add_argument("--max-ops", type=int, default=4, help="most operators per graph (default 4, as in TASO's paper)")
+    ap.add_argument("--family", default="base", choices=sorted(FAMILIES),
+                    help="the configuration: base (TASO's operators and inputs; the shipped rules.jsonl is N=3) or "
+                         "conv-bias (convolutions with a bias operand; the shipped rules-conv-bias.jsonl)")
+    ap.add_argument("--max-ops", type=int, default=None,
+                    help="most operators per graph (default: 4 for base, as in TASO's paper; 3 for conv-bias)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: all cores)")
     ap.add_argument("-o", "--output", required=True, help="rules file to write (JSON Lines)")
     ap.add_argument("--seed", type=int, default=None, help="random seed for the fingerprint inputs")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
+    family = FAMILIES[args.family]
+    if args.max_ops is None:
+        args.max_ops = family.max_ops
     if not 1 <= args.max_ops <= 6:
         raise TasoError("--max-ops must be between 1 and 6")
     if args.jobs < 1:
@@ -58,8 +68,8 @@ def _main(argv) -> int:
     if not os.path.isdir(out_dir):
         raise TasoError(f"{args.output}: the folder does not exist")
     from ..generator import library, pipeline
-    from ..generator.enumerate import Config
-    cfg = Config(max_ops=args.max_ops) if args.seed is None else Config(max_ops=args.max_ops, seed=args.seed)
+    cfg = dataclasses.replace(family, max_ops=args.max_ops,
+                              **({} if args.seed is None else {"seed": args.seed}))
     total = pipeline.base_op_count(cfg)
     bar = None
     if not args.no_progress:

@@ -11,7 +11,8 @@ with ``k``: odd kernel sizes 1 or 3). Templates are as general as the Z3 reading
 shapes: an axiom must hold at every shape where both sides type-check and its attribute parameters with the values to validate (in Z3 they are quantified).
 Numbering follows TASO's list (A1-A44); ``L*`` are TASO's lemmas; ``X*`` are axioms our operators need
 beyond TASO's (fused matmul activation, linearity of average pooling and enlarge, left scaling of
-matmul). Known traps are respected: concat associativity is not an axiom, and the output-channel
+matmul); ``B*`` are TASO's convolution axioms restated for a convolution with a bias operand (one
+value per output channel, added before the activation), which the ``conv-bias`` rule family needs. Known traps are respected: concat associativity is not an axiom, and the output-channel
 concat of convolutions (A24) and the input-channel merge (A19) hold for group 1 only.
 """
 
@@ -112,6 +113,24 @@ def _a18(A, x, y, z, s): return A.conv(s, 1, 0, A.add(x, y), z), A.add(A.conv(s,
        {"x": "n c h w", "y": "o c k k", "z": "n d h w", "w": "o d k k"}, _S)
 def _a19(A, x, y, z, w, s):
     return A.add(A.conv(s, 1, 0, x, y), A.conv(s, 1, 0, z, w)), A.conv(s, 1, 0, A.cat(1, x, z), A.cat(1, y, w))
+# ---- convolution with a bias operand (b: one value per output channel) ----
+_CONVB = {"x": "n c h w", "y": "o c k k", "b": "o"}
+@axiom("B14", "relu(conv(s,p,N,x,y,b)) = conv(s,p,R,x,y,b)", _CONVB, _S)
+def _b14(A, x, y, b, s): return A.relu(A.conv_b(s, 1, 0, x, y, b)), A.conv_b(s, 1, 1, x, y, b)
+@axiom("B14g", "relu(conv(s,p,N,x,y,b)) = conv(s,p,R,x,y,b), grouped", {"x": "n c h w", "y": "o d k kk", "b": "o"}, _S)
+def _b14g(A, x, y, b, s): return A.relu(A.conv_b(s, 0, 0, x, y, b)), A.conv_b(s, 0, 1, x, y, b)
+@axiom("B23", "cat_0(conv(x,z,b), conv(y,z,b)) = conv(cat_0(x,y), z, b)", {"x": "n c h w", "y": "m c h w", "z": "o c k k", "b": "o"},
+       {"s": ((1, 1), (2, 2)), "c": (0, 1)})
+def _b23(A, x, y, z, b, s, c): return A.cat(0, A.conv_b(s, 1, c, x, z, b), A.conv_b(s, 1, c, y, z, b)), A.conv_b(s, 1, c, A.cat(0, x, y), z, b)
+@axiom("B24", "cat_1(conv(x,y,b), conv(x,z,d)) = conv(x, cat_0(y,z), cat_0(b,d)) (group 1)",
+       {"x": "n c h w", "y": "o c k k", "z": "p c k k", "b": "o", "d": "p"}, {"s": ((1, 1), (2, 2)), "c": (0, 1)})
+def _b24(A, x, y, z, b, d, s, c):
+    return A.cat(1, A.conv_b(s, 1, c, x, y, b), A.conv_b(s, 1, c, x, z, d)), A.conv_b(s, 1, c, x, A.cat(0, y, z), A.cat(0, b, d))
+@axiom("B44", "conv(s,SAME,c, x, y, b) = conv(s,SAME,c, x, enlarge(k, y), b)", {"x": "n c h w", "y": "o c k kk", "b": "o"},
+       {"s": ((1, 1), (2, 2)), "c": (0, 1), "k": ((3, 3), (1, 3))})
+def _b44(A, x, y, b, s, c, k): return A.conv_b(s, 1, c, x, y, b), A.conv_b(s, 1, c, x, A.enlarge(k, y), b)
+@axiom("B46", "enlarge(cat_0(y,z)) = cat_0(enlarge y, enlarge z)", {"y": "o c k kk", "z": "p c k kk"})
+def _b46(A, y, z): return A.enlarge((3, 3), A.cat(0, y, z)), A.cat(0, A.enlarge((3, 3), y), A.enlarge((3, 3), z))
 # ---- matmul ----
 @axiom("A20", "mm(x,y) + mm(z,w) = mm(cat_1(x,z), cat_0(y,w))", {"x": "m a", "y": "a n", "z": "m b", "w": "b n"})
 def _a20(A, x, y, z, w): return A.add(A.mm(0, x, y), A.mm(0, z, w)), A.mm(0, A.cat(1, x, z), A.cat(0, y, w))
@@ -231,7 +250,7 @@ class NumpyAlgebra:
     def cat(self, a, x, y): return specs.evaluate("concat", [x, y], {"axis": a})[0]
     def split(self, i, a, t, x, y):
         return specs.evaluate("split", [t], {"axis": a, "sizes": (x.shape[a], y.shape[a])})[i]
-    def conv(self, s, g, c, x, w):
+    def conv(self, s, g, c, x, w, b=None):
         if x.ndim != 4 or w.ndim != 4 or w.shape[2] % 2 == 0 or w.shape[3] % 2 == 0:
             _bad("conv shapes")
         if x.shape[1] % w.shape[1]:
@@ -240,8 +259,9 @@ class NumpyAlgebra:
         if (group == 1) != bool(g):  # the axiom's group flag: 1 = group 1, 0 = grouped
             _bad("conv group flag")
         pads = (w.shape[2] // 2, w.shape[3] // 2, w.shape[2] // 2, w.shape[3] // 2)
-        return specs.evaluate("conv2d", [x, w], {"strides": s, "pads": pads, "group": group,
-                                                 "activation": "relu" if c else "none"})[0]
+        return specs.evaluate("conv2d", [x, w] + ([] if b is None else [b]),
+                              {"strides": s, "pads": pads, "group": group, "activation": "relu" if c else "none"})[0]
+    def conv_b(self, s, g, c, x, w, b): return self.conv(s, g, c, x, w, b)
     def _pool_attrs(self, k, s):
         return {"kernel_shape": k, "strides": s, "pads": (k[0] // 2, k[1] // 2, k[0] // 2, k[1] // 2)}
     def avgpool(self, k, s, x): return specs.evaluate("avgpool2d", [x], {**self._pool_attrs(k, s), "count_include_pad": 1})[0]
@@ -272,6 +292,7 @@ class Z3Algebra:
             "ewadd": F("ewadd", T, T, T), "ewmul": F("ewmul", T, T, T), "smul": F("smul", T, T, T),
             "relu": F("relu", T, T), "transpose": F("transpose", T, T),
             "matmul": F("matmul", I, T, T, T), "conv2d": F("conv2d", I, I, I, T, T, T),
+            "conv2d_b": F("conv2d_b", I, I, I, T, T, T, T),
             "concat": F("concat", I, T, T, T), "split0": F("split0", I, T, T), "split1": F("split1", I, T, T),
             "maxpool2d": F("maxpool2d", I, I, T, T), "avgpool2d": F("avgpool2d", I, I, T, T),
             "enlarge": F("enlarge", I, T, T), "const_pool": F("const_pool", I, T), "const_iconv": F("const_iconv", I, T),
@@ -296,6 +317,9 @@ class Z3Algebra:
     def conv(self, s, g, c, x, w):
         # g: 1 = group 1, 0 = any other group; the rule translation passes the same encoding
         return self.f["conv2d"](self.I(self._code(s, scode)), self.I(g), self.I(c), x, w)
+    def conv_b(self, s, g, c, x, w, b):
+        # a convolution with a bias operand: a function of its own (no axiom relates it to conv2d)
+        return self.f["conv2d_b"](self.I(self._code(s, scode)), self.I(g), self.I(c), x, w, b)
     def avgpool(self, k, s, x): return self.f["avgpool2d"](self.I(self._code(k, kcode)), self.I(self._code(s, scode)), x)
     def maxpool(self, k, s, x): return self.f["maxpool2d"](self.I(self._code(k, kcode)), self.I(self._code(s, scode)), x)
     def enlarge(self, k, y): return self.f["enlarge"](self.I(self._code(k, kcode)), y)

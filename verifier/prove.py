@@ -44,8 +44,9 @@ def translate(g: G.Graph, A: Z3Algebra, variables: dict) -> list:
                 raise Untranslatable("conv2d padding other than 'same'")
             if a["group"] not in (1, "grouped"):
                 raise Untranslatable(f"conv2d group {a['group']}")
-            outs = [A.conv(scode(a["strides"]), 1 if a["group"] == 1 else 0,
-                           1 if a.get("activation") == "relu" else 0, *ins)]
+            conv = A.conv if len(ins) == 2 else A.conv_b  # with a bias operand: another function
+            outs = [conv(scode(a["strides"]), 1 if a["group"] == 1 else 0,
+                         1 if a.get("activation") == "relu" else 0, *ins)]
         elif n == "concat":
             outs = [A.cat(a["axis"], *ins)]
         elif n == "split":

@@ -3,6 +3,7 @@ parallel = serial, axiom validation that can fail, proofs that can fail, and the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 from taso_mlir.generator import graph as G
 from taso_mlir.generator import library, pipeline
 from taso_mlir.generator.candidates import float_test, pair_key, variant_shapes
-from taso_mlir.generator.enumerate import Config, Enumerator
+from taso_mlir.generator.enumerate import FAMILIES, Config, Enumerator
 from taso_mlir.verifier import axioms as AX
 from taso_mlir.verifier.prove import Prover, prove_many
 from taso_mlir.verifier.validate import validate_axiom
@@ -110,6 +111,13 @@ def test_every_axiom_validates():
     # a 1x1 conv commutes with average pooling, but not a 3x3 one: the template must not hide it
     ("bad-conv-avgpool", {"x": "n c h w", "y": "o c k k"}, {"s": ((1, 1),), "k": ((3, 3),)},
      lambda A, x, y, s, k: (A.avgpool(k, s, A.conv((1, 1), 1, 0, x, y)), A.conv((1, 1), 1, 0, A.avgpool(k, s, x), y))),
+    # the biases of a merged convolution concatenated in the wrong order
+    ("bad-B24-bias-order", {"x": "n c h w", "y": "o c k k", "z": "p c k k", "b": "o", "d": "p"}, {"s": ((1, 1),), "c": (0,)},
+     lambda A, x, y, z, b, d, s, c: (A.cat(1, A.conv_b(s, 1, c, x, y, b), A.conv_b(s, 1, c, x, z, d)),
+                                     A.conv_b(s, 1, c, x, A.cat(0, y, z), A.cat(0, d, b)))),
+    # a bias is added before the activation: relu after a biased conv is not relu before the bias
+    ("bad-B14-order", {"x": "n c h w", "y": "o c k k", "b": "o"}, {"s": ((1, 1),)},
+     lambda A, x, y, b, s: (A.conv_b(s, 1, 1, x, y, b), A.conv_b(s, 1, 0, A.relu(x), y, b))),
 ])
 def test_wrong_axioms_fail_validation(name, tensors, params, build):
     r = validate_axiom(AX.Axiom(name, name, tensors, build, params), max_shapes=1500)
@@ -174,3 +182,39 @@ def test_cli_verify_rejects_a_non_library(tmp_path):
     r = subprocess.run([sys.executable, "-m", "taso_mlir.tools.taso_verify", str(bad), "-o", str(tmp_path / "o"),
                         "--no-progress"], capture_output=True, text=True)
     assert r.returncode == 1 and "not a taso-mlir rules file" in r.stderr and "Traceback" not in r.stderr
+
+
+def _bconv(act, x, w, b):
+    return G.Op("conv2d", (("activation", act), ("group", 1), ("pads", "same"), ("strides", (1, 1))), (x, w, b))
+
+
+def test_biased_convolutions_prove_only_from_bias_axioms():
+    """A convolution with a bias operand is its own function in Z3: relu fusion proves from B14 (A14 knows
+    nothing of it), the merge from B24, and the merge with the biases swapped does not prove."""
+    p = Prover()
+    fused = G.Graph((_bconv("relu", "i1", "c1", "b1"),), ("%0",))
+    split = G.Graph((_bconv("none", "i1", "c1", "b1"), G.Op("relu", (), ("%0",))), ("%1",))
+    res = p.prove(split, fused, timeout_s=5)
+    assert res["status"] == "proved" and res["axioms"] == ["B14"]
+    two = G.Graph((_bconv("none", "i1", "c1", "b1"), _bconv("none", "i1", "c2", "b2"),
+                   G.Op("concat", (("axis", 1),), ("%0", "%1"))), ("%2",))
+    merged = lambda b, d: G.Graph((G.Op("concat", (("axis", 0),), ("c1", "c2")),  # noqa: E731
+                                   G.Op("concat", (("axis", 0),), (b, d)), _bconv("none", "i1", "%0", "%1")), ("%2",))
+    res = p.prove(two, merged("b1", "b2"), timeout_s=5)
+    assert res["status"] == "proved" and "B24" in res["axioms"]
+    assert p.prove(two, merged("b2", "b1"), timeout_s=1)["status"] in ("unknown", "refuted")
+
+
+def test_weight_only_ops_do_not_count_towards_max_ops():
+    """The conv-bias family at 2 ops plus 2 weight-only ops finds the biased merge of two convolutions
+    sharing an input (2 convolutions -> 2 kernel/bias concats + 1 convolution + 1 split), which is 4 ops;
+    with no weight-only ops it does not."""
+    def merges(cfg):
+        _h, records = pipeline.generate(cfg, jobs=1, **QUIET)
+        return [r for r in records if any(op[0] == "split" for side in ("src", "dst") for op in r[side]["ops"])
+                and sum(op[0] == "concat" for side in ("src", "dst") for op in r[side]["ops"]) == 2]
+    cfg = dataclasses.replace(FAMILIES["conv-bias"], max_ops=2, max_weight_ops=2)
+    found = merges(cfg)
+    assert found, "no biased merge with a split"
+    assert all(r["id"].startswith("B") for r in found)
+    assert not merges(dataclasses.replace(cfg, max_weight_ops=0))

@@ -112,8 +112,10 @@ def _apply_and_compare(rw: RB.Rewrite, shapes: dict, kinds: dict, seed: int) -> 
 
 
 RECORD_INPUTS = {}
-for _rec in __import__("taso_mlir.generator.library", fromlist=["read"]).read()[1]:
-    RECORD_INPUTS[_rec["id"]] = {v: (tuple(s), k) for v, (s, k) in _rec["inputs"].items()}
+_library = __import__("taso_mlir.generator.library", fromlist=["read"])
+for _path in _library.shipped_paths():
+    for _rec in _library.read(_path)[1]:
+        RECORD_INPUTS[_rec["id"]] = {v: (tuple(s), k) for v, (s, k) in _rec["inputs"].items()}
 
 
 @pytest.mark.parametrize("chunk", range(8))
