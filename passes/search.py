@@ -41,7 +41,8 @@ class Stats:
     windows: int = 0
     windows_skipped: int = 0
     popped: int = 0
-    generated: int = 0
+    generated: int = 0  # children built (when popped)
+    pruned: int = 0  # children not queued: cost >= alpha x best
     duplicates: int = 0
     rejected: Counter = field(default_factory=Counter)  # reason -> count
     timed_out: bool = False
@@ -59,6 +60,12 @@ def search(g0: T.TGraph, rewrites: list, builder: T.Builder, opts: Options,
     step = max(1, opts.window // 2)
     starts = list(range(0, max(1, len(op_ids) - opts.window + step), step)) if len(op_ids) > opts.window else [0]
     best = g0
+    # op kind -> the rewrites with a source op of that kind; how far a match reaches from one op
+    by_kind: dict = {}
+    for ri, rw in enumerate(rewrites):
+        for k in sorted(rw.kinds):
+            by_kind.setdefault(k, []).append(ri)
+    radius = max((len(rw.src.ops) - 1 for rw in rewrites), default=0)
     for wi, s in enumerate(starts):
         if time.monotonic() >= deadline:
             stats.timed_out = True
@@ -70,7 +77,7 @@ def search(g0: T.TGraph, rewrites: list, builder: T.Builder, opts: Options,
         def eligible(nid, lo=lo, hi=hi):
             return lo <= nid <= hi or nid >= first_new
 
-        best = _search_window(best, rewrites, builder, opts, eligible, limit, deadline, stats)
+        best = _search_window(best, rewrites, builder, opts, eligible, limit, deadline, stats, by_kind, radius)
         stats.windows += 1
         if progress:
             progress(wi + 1, len(starts), best.cost)
@@ -78,44 +85,83 @@ def search(g0: T.TGraph, rewrites: list, builder: T.Builder, opts: Options,
     return best, stats
 
 
-def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats) -> T.TGraph:
-    best = g0
-    seen = {g0.key}
-    heap = [(g0.cost, 0, g0)]
+def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats, by_kind, radius) -> T.TGraph:
+    """One window's search.
+
+    A child is known by its cost alone until it is popped (``T.rewrite_cost``): the queue holds
+    (cost, seq, parent, rewrite index, ops, binding), and the rest of the site check, the rewrite
+    and the key are computed when it is popped. A popped child that fails the check or whose key
+    was seen is dropped without counting against the budget. This pops the same graphs in the
+    same order as checking, building and deduplicating every child when it is generated (the
+    first instance of a graph has the lowest seq; a child costing alpha x best or more is never
+    queued either way, as best only falls), but builds only the graphs it pops. A child that
+    would be a new best is checked when it is generated.
+
+    A popped graph's sites are its parent's, updated for the one rewrite between them
+    (``T.child_sites``); the window's first graph is matched in full."""
+    best_cost = g0.cost
+    best = g0  # a graph, or the queue entry of the best child
+    seen = {g0.key}  # keys of the graphs popped
+    heap = [(g0.cost, 0, None, -1, (), None)]
     seq = 1
     pops = 0
+    sites_of: dict = {}  # popped graph -> its sites in this window
     while heap and pops < opts.budget:
         if time.monotonic() >= deadline:
             stats.timed_out = True
             break
-        cost, _, g = heapq.heappop(heap)
+        entry = heapq.heappop(heap)
+        _cost, _seq, p, ri, ops, b = entry
+        if p is None:
+            g = g0
+        else:
+            rw = rewrites[ri]
+            why = T.check_global(rw, p, ops, b)
+            if why is not None:
+                stats.rejected[why.split(":")[0]] += 1
+                continue
+            child = T.rewrite(rw, p, ops, b, builder)
+            stats.generated += 1
+            if child.key in seen:
+                stats.duplicates += 1
+                continue
+            seen.add(child.key)
+            g = child.graph()
         pops += 1
         stats.popped += 1
         index = T.Index(g, eligible)
-        present = set(index.by_kind)
-        for rw in rewrites:
-            if not rw.kinds <= present:
+        parent_sites = sites_of.get(g.parent) if g.parent is not None else None
+        if parent_sites is None:
+            sites = T.all_sites(rewrites, g, index)
+        else:
+            sites = T.child_sites(rewrites, by_kind, radius, g, parent_sites, index)
+        sites_of[g] = sites
+        for ri, ops, _bkey, b, why in sites:
+            rw = rewrites[ri]
+            if why is None and g.num_ops - len(ops) + len(rw.dst.ops) > limit:
+                why = "op count over the limit"
+            if why is not None:
+                stats.rejected[why.split(":")[0]] += 1
                 continue
-            for ops, b in T.matches(rw, g, index):
-                why = T.check(rw, g, ops, b)
+            cost = T.rewrite_cost(rw, g, ops, b, builder)
+            if cost is None:  # the rewrite changes weight flags downstream: build it to know its cost
+                cost = T.rewrite(rw, g, ops, b, builder).cost
+            entry = (cost, seq, g, ri, ops, b)
+            if cost < best_cost - 1e-12:
+                why = T.check_global(rw, g, ops, b)
                 if why is not None:
                     stats.rejected[why.split(":")[0]] += 1
                     continue
-                ng = T.apply(rw, g, ops, b, builder)
-                stats.generated += 1
-                if ng.num_ops > limit:
-                    stats.rejected["op count over the limit"] += 1
-                    continue
-                if ng.key in seen:
-                    stats.duplicates += 1
-                    continue
-                seen.add(ng.key)
-                if ng.cost < best.cost - 1e-12:
-                    best = ng
-                if ng.cost < opts.alpha * best.cost:
-                    heapq.heappush(heap, (ng.cost, seq, ng))
-                    seq += 1
-    return best
+                best, best_cost = entry, cost
+            if cost < opts.alpha * best_cost:
+                heapq.heappush(heap, entry)
+                seq += 1
+            else:
+                stats.pruned += 1
+    if isinstance(best, T.TGraph):
+        return best
+    _cost, _seq, p, ri, ops, b = best
+    return T.rewrite(rewrites[ri], p, ops, b, builder).graph()
 
 
 def applied_counts(g: T.TGraph) -> Counter:

@@ -12,6 +12,7 @@ the same key, and the key is updated in O(size of the rewrite).
 
 from __future__ import annotations
 
+from collections import ChainMap
 from dataclasses import dataclass
 from typing import Optional
 
@@ -48,7 +49,8 @@ def _h(x) -> int:
 
 
 class TGraph:
-    __slots__ = ("nodes", "outputs", "next_id", "key", "cost", "num_ops", "_uses", "_ranks", "history", "parent")
+    __slots__ = ("nodes", "outputs", "next_id", "key", "cost", "num_ops", "_uses", "_ranks", "history", "parent",
+                 "changes")
 
     def __init__(self, nodes: dict, outputs: tuple, next_id: int, key: int, cost: float, num_ops: int):
         self.nodes = nodes
@@ -60,12 +62,18 @@ class TGraph:
         self._uses = None
         self._ranks = None
         self.history: tuple = ()  # ((rewrite id, matched node ids, new node ids), ...) from the original
-        self.parent = None
+        self.parent = None  # the graph one rewrite before (None for a graph built from scratch)
+        self.changes: dict = {}  # what that rewrite changed: node id -> new node, or None where removed
 
     # ---- derived indexes (built once per graph, on demand) ----
     def uses(self) -> dict:
-        """value -> list of (user node id or None for a function result)."""
+        """value -> list of (user node id or None for a function result): the users in ascending id
+        order, once per use, then None once per function result."""
         if self._uses is None:
+            p = self.parent
+            if p is not None and p._uses is not None:
+                self._uses = _patched_uses(p, self)
+                return self._uses
             u: dict = {}
             for nid, n in self.nodes.items():
                 for v in n.operands:
@@ -99,6 +107,41 @@ class TGraph:
         return (self.nodes[v[0]].name, v[1])
 
 
+def _patched_uses(p: TGraph, g: TGraph) -> dict:
+    """g's uses from its parent's (a copy with the values the rewrite touched rebuilt): the same
+    lists, in the same order, as building them from scratch (node ids are in ascending order in
+    the node dicts, so users are listed by ascending id)."""
+    changes, pn, pu = g.changes, p.nodes, p._uses
+    u = dict(pu)
+    touched: set = set()
+    added: dict = {}  # value -> ids of changed nodes that use it (once per use)
+    for nid, n in changes.items():
+        old = pn.get(nid)
+        if old is not None:
+            touched.update(old.operands)
+            if n is None:
+                for j in range(len(old.shapes)):
+                    u.pop((nid, j), None)
+        if n is not None:
+            for v in n.operands:
+                touched.add(v)
+                added.setdefault(v, []).append(nid)
+    if g.outputs != p.outputs:
+        touched.update(p.outputs)
+        touched.update(g.outputs)
+    for v in touched:
+        if v[0] in changes and changes[v[0]] is None:
+            continue  # a value the rewrite removed (unused now)
+        ids = [x for x in pu.get(v, ()) if x is not None and x not in changes] + added.get(v, [])
+        ids.sort()
+        ids.extend([None] * g.outputs.count(v))
+        if ids:
+            u[v] = ids
+        else:
+            u.pop(v, None)
+    return u
+
+
 def _contrib(name: int, operand_names: tuple) -> int:
     return _h(("n", name, operand_names))
 
@@ -112,22 +155,34 @@ class Builder:
 
     def __init__(self, cost_model):
         self.cost_model = cost_model
+        self._costs: dict = {}  # (kind, attrs, operand shapes, shapes, dtype, weight) -> cost
+        self.target_costs: dict = {}  # see rewrite_cost
 
-    def node(self, g_nodes: dict, kind: str, attrs: tuple, operands: tuple, shapes: tuple, dtype: str,
+    def node(self, g_nodes, kind: str, attrs: tuple, operands: tuple, shapes: tuple, dtype: str,
              name: Optional[int] = None, weight: Optional[bool] = None) -> Node:
-        onames = tuple((g_nodes[v[0]].name, v[1]) for v in operands)
+        """``g_nodes``: node id -> Node for the operands (a dict, or a mapping over a parent's nodes)."""
+        ins = [g_nodes[v[0]] for v in operands]
+        onames = tuple((n.name, v[1]) for n, v in zip(ins, operands))
         if name is None:
             name = _h(("new", kind, attrs, onames))
         if weight is None:
             weight = kind in specs.CONSTANTS or kind == "weight" or (
                 kind != "arg" and not kind.startswith("other:") and bool(operands)
-                and all(g_nodes[v[0]].weight for v in operands))
+                and all(n.weight for n in ins))
         cost = 0.0
         if kind != "arg":
-            sig = OpSig(kind.removeprefix("other:"), attrs,
-                        tuple(g_nodes[v[0]].shapes[v[1]] or () for v in operands),
-                        tuple(s or () for s in shapes), dtype, weight)
-            cost = self.cost_model.cost(sig)
+            in_shapes = tuple(n.shapes[v[1]] or () for n, v in zip(ins, operands))
+            ck = (kind, attrs, in_shapes, shapes, dtype, weight)
+            try:
+                cost = self._costs.get(ck)
+            except TypeError:  # an unhashable attribute value: not memoized here
+                ck, cost = None, None
+            if cost is None:
+                sig = OpSig(kind.removeprefix("other:"), attrs, in_shapes, tuple(s or () for s in shapes), dtype,
+                            weight)
+                cost = self.cost_model.cost(sig)
+                if ck is not None:
+                    self._costs[ck] = cost
         return Node(kind, attrs, operands, shapes, dtype, weight, name, _contrib(name, onames), cost)
 
 
@@ -177,14 +232,21 @@ class GraphView(RB.View):
 
 
 class Index:
-    """Per graph: eligible nodes by kind (the window of the search)."""
+    """Per graph: eligible nodes by kind (the window of the search), built on first use."""
 
     def __init__(self, g: TGraph, eligible):
-        self.by_kind: dict = {}
-        for nid, n in g.nodes.items():
-            if n.is_taso and eligible(nid):
-                self.by_kind.setdefault(n.kind, []).append(nid)
+        self.g = g
+        self._by_kind = None
         self.eligible = eligible
+
+    @property
+    def by_kind(self) -> dict:
+        if self._by_kind is None:
+            self._by_kind = {}
+            for nid, n in self.g.nodes.items():
+                if n.is_taso and self.eligible(nid):
+                    self._by_kind.setdefault(n.kind, []).append(nid)
+        return self._by_kind
 
 
 def _plan(rw: RB.Rewrite, anchor: int) -> tuple:
@@ -231,14 +293,19 @@ def _plan(rw: RB.Rewrite, anchor: int) -> tuple:
     return plans[anchor]
 
 
-def matches(rw: RB.Rewrite, g: TGraph, index: Index):
-    """Yield (ops, binding) for every structural match of rw's source in g's eligible nodes.
-    The site check is separate (``check``)."""
+def matches(rw: RB.Rewrite, g: TGraph, index: Index, anchor: Optional[tuple] = None):
+    """Yield (ops, binding) for every structural match of rw's source in g's eligible nodes; with
+    ``anchor`` = (source op position k, node ids), only the matches whose op k is one of those
+    (eligible) nodes. The site check is separate (``check``)."""
     src = rw.src.ops
-    # anchor at the source op whose kind is rarest in the window
-    by_kind = index.by_kind
-    anchor = min(range(len(src)), key=lambda k: (len(by_kind.get(src[k].name, ())), -k))
-    steps, refs = _plan(rw, anchor)
+    if anchor is None:
+        # anchor at the source op whose kind is rarest in the window
+        by_kind = index.by_kind
+        first = min(range(len(src)), key=lambda k: (len(by_kind.get(src[k].name, ())), -k))
+        first_cands = by_kind.get(src[first].name, ())
+    else:
+        first, first_cands = anchor
+    steps, refs = _plan(rw, first)
     n_ops = len(src)
     uses = g.uses()
     nodes = g.nodes
@@ -261,6 +328,8 @@ def matches(rw: RB.Rewrite, g: TGraph, index: Index):
         elif how == "user":
             v = b[info] if isinstance(info, str) else (m[info[0]], info[1])
             cands = sorted({u for u in uses.get(v, ()) if u is not None})
+        elif si == 0:
+            cands = first_cands
         else:
             cands = index.by_kind.get(rop.name, ())
         used = m.values()
@@ -308,18 +377,112 @@ _LOCAL: dict = {}
 
 
 def check(rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> Optional[str]:
+    """None if rw applies at the site, else why not: ``check_local``, then ``check_global``."""
+    return check_local(rw, g, ops, b) or check_global(rw, g, ops, b)
+
+
+def check_local(rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> Optional[str]:
+    """The part of the site check that reads only the site's ops and values (memoized by their
+    attributes, shapes and types): it holds for a site as long as its ops are unchanged."""
     nodes = g.nodes
     key = (rw.id, tuple((v, nodes[x[0]].shapes[x[1]], nodes[x[0]].dtype) for v, x in b.items()),
            tuple((nodes[o].attrs, nodes[o].shapes) for o in ops))
-    view = GraphView(g)
     why = _LOCAL.get(key, 0)
     if why == 0:
-        why = _LOCAL[key] = RB.check_local(rw, view, ops, b)
-    if why is None:
-        why = RB.check_uses(rw, view, ops)
+        why = _LOCAL[key] = RB.check_local(rw, GraphView(g), ops, b)
+    return why
+
+
+def check_global(rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> Optional[str]:
+    """The part that reads the rest of the graph: the uses of the matched ops' results, and for a
+    multi-output rewrite, that it creates no cycle."""
+    why = RB.check_uses(rw, GraphView(g), ops)
     if why is None and len(rw.src.outputs) > 1 and _creates_cycle(g, ops, b):
         why = "the rewrite would create a cycle"
     return why
+
+
+# ---------------------------------------------------------------------------------------------
+# sites: the matches of every rewrite, with their local check
+
+
+def site(ri: int, rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> tuple:
+    """(rewrite index, ops, binding as sorted pairs, binding, check_local's answer); sites sort by
+    the first three. The binding is put in variable order, so that the check's answer (the first
+    reason found) does not depend on the order the matcher bound the variables in."""
+    bkey = tuple(sorted(b.items()))
+    b = dict(bkey)
+    return (ri, tuple(ops), bkey, b, check_local(rw, g, ops, b))
+
+
+def _site_order(s: tuple) -> tuple:
+    return s[:3]
+
+
+def all_sites(rewrites: list, g: TGraph, index: Index) -> list:
+    """Every site of every rewrite in g's window, sorted."""
+    present = set(index.by_kind)
+    out = [site(ri, rw, g, ops, b) for ri, rw in enumerate(rewrites) if rw.kinds <= present
+           for ops, b in matches(rw, g, index)]
+    out.sort(key=_site_order)
+    return out
+
+
+def child_sites(rewrites: list, by_kind: dict, radius: int, g: TGraph, parent_sites: list, index: Index) -> list:
+    """g's sites from its parent's (g = parent + one rewrite, ``g.changes``), sorted: the same list as
+    ``all_sites``. A match whose ops the rewrite did not change is a match in both graphs (matching
+    reads only the matched ops), and so is its local check; the other matches use a node the
+    rewrite created or rewired, and are found by matching anchored at those nodes.
+    ``by_kind``: op kind -> indexes of the rewrites with a source op of that kind; ``radius``: the
+    most ops of a rewrite's source, less one."""
+    changed = g.changes.keys()
+    keep = [s for s in parent_sites if changed.isdisjoint(s[1])]
+    nodes, eligible = g.nodes, index.eligible
+    fresh = [nid for nid, n in g.changes.items() if n is not None and n.is_taso and eligible(nid)]
+    if not fresh:
+        return keep
+    fresh_by_kind: dict = {}
+    for nid in sorted(fresh):
+        fresh_by_kind.setdefault(nodes[nid].kind, []).append(nid)
+    near = _near_kinds(g, fresh, eligible, radius)
+    new = []
+    for ri in sorted({ri for k in fresh_by_kind for ri in by_kind.get(k, ())}):
+        rw = rewrites[ri]
+        if not rw.kinds <= near:
+            continue
+        for pos, rop in enumerate(rw.src.ops):
+            cands = fresh_by_kind.get(rop.name)
+            if cands is None:
+                continue
+            for ops, b in matches(rw, g, index, (pos, cands)):
+                # each match once: from the first position that holds a fresh node
+                if changed.isdisjoint(ops[:pos]):
+                    new.append(site(ri, rw, g, ops, b))
+    out = keep + new
+    out.sort(key=_site_order)
+    return out
+
+
+def _near_kinds(g: TGraph, start: list, eligible, radius: int) -> set:
+    """The kinds of the eligible taso ops within ``radius`` steps of ``start`` (a step: to the
+    producer of an operand, to a user of a result, to another user of an operand). The ops of a
+    match are connected by such steps, so a match with an op in ``start`` has only these kinds."""
+    nodes, uses = g.nodes, g.uses()
+    seen = set(start)
+    frontier = list(start)
+    for _ in range(radius):
+        nxt = []
+        for nid in frontier:
+            n = nodes[nid]
+            near = [v[0] for v in n.operands]
+            for v in n.operands + tuple((nid, j) for j in range(len(n.shapes))):
+                near.extend(uses.get(v, ()))
+            for x in near:
+                if x is not None and x not in seen and nodes[x].is_taso and eligible(x):
+                    seen.add(x)
+                    nxt.append(x)
+        frontier = nxt
+    return {nodes[x].kind for x in seen}
 
 
 def _creates_cycle(g: TGraph, ops: list, b: dict) -> bool:
@@ -350,12 +513,36 @@ def _creates_cycle(g: TGraph, ops: list, b: dict) -> bool:
 _TARGETS: dict = {}
 
 
+class Child:
+    """A graph one rewrite away from a built graph, not built yet: the parent, what the rewrite
+    changes (node id -> new node, or None where removed; new nodes first, in id order), and the
+    child's key, cost and op count, already known. ``graph()`` builds it (a copy of the parent's
+    node dict with the changes), so the search builds only the graphs it pops."""
+
+    __slots__ = ("parent", "changes", "outputs", "next_id", "key", "cost", "num_ops", "step")
+
+    def graph(self) -> TGraph:
+        nodes = dict(self.parent.nodes)
+        for nid, n in self.changes.items():
+            if n is None:
+                del nodes[nid]
+            else:
+                nodes[nid] = n  # a new id is appended, a rewired one keeps its place
+        g = TGraph(nodes, self.outputs, self.next_id, self.key, self.cost, self.num_ops)
+        g.history = self.parent.history + (self.step,)
+        g.parent, g.changes = self.parent, self.changes
+        return g
+
+
 def apply(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> TGraph:
-    nodes = dict(g.nodes)
-    key, cost = g.key, g.cost
-    shapes = {v: tuple(g.nodes[val[0]].shapes[val[1]]) for v, val in b.items()}
-    dtype = g.nodes[ops[-1]].dtype
-    made = []
+    return rewrite(rw, g, ops, b, builder).graph()
+
+
+def _targets(rw: RB.Rewrite, g: TGraph, b: dict, changes: dict, nodes, builder: Builder, dtype: str) -> dict:
+    """Build the target ops (new ids from g.next_id into ``changes``; ``nodes``: the mapping the
+    builder reads). Returns rule reference -> value (the variables' and the new ops' results)."""
+    gn = g.nodes
+    shapes = {v: tuple(gn[val[0]].shapes[val[1]]) for v, val in b.items()}
     ref_val: dict = dict(b)
     nid = g.next_id
     dkey = (rw.id, tuple(sorted(shapes.items())))
@@ -363,19 +550,60 @@ def apply(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> TG
     if targets is None:
         targets = _TARGETS[dkey] = [(_attrs_tuple(a), tuple(o)) for a, o in RB.dst_op_attrs(rw, shapes)]
     for k, ((attrs, outs), rop) in enumerate(zip(targets, rw.dst.ops)):
-        operands = tuple(ref_val[r] if G.parse_ref(r) is None else ref_val[r] for r in rop.operands)
-        n = builder.node(nodes, rop.name, attrs, operands, outs, dtype)
-        nodes[nid] = n
-        key = (key + n.contrib) & MASK
-        cost += n.cost
-        made.append(nid)
+        operands = tuple(ref_val[r] for r in rop.operands)
+        changes[nid] = builder.node(nodes, rop.name, attrs, operands, outs, dtype)
         for j in range(rop.num_results):
             ref_val[G.op_ref(k, j, rop.num_results)] = (nid, j)
         nid += 1
+    return ref_val
+
+
+def rewrite_cost(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> Optional[float]:
+    """The cost of ``rewrite(rw, g, ops, b)`` without building it (the same sum in the same order,
+    so the same float), or None where the rewrite changes whether a replaced value is computed
+    from weights only (the users' costs change too; only ``rewrite`` knows them). ``b`` in
+    variable order. The target ops' costs are memoized by the rewrite, the variables' shapes and
+    weight flags, the element type and the replaced ops' weight flags."""
+    gn = g.nodes
+    dtype = gn[ops[-1]].dtype
+    key = (rw.id, tuple((gn[x[0]].shapes[x[1]], gn[x[0]].weight) for x in b.values()), dtype,
+           tuple(gn[o].weight for o in ops))
+    hit = builder.target_costs.get(key)
+    if hit is None:
+        changes: dict = {}
+        nodes = ChainMap(changes, gn)
+        ref_val = _targets(rw, g, b, changes, nodes, builder, dtype)
+        same = all(nodes[ref_val[rd][0]].weight == gn[ops[G.parse_ref(rs)[0]]].weight
+                   for rs, rd in zip(rw.src.outputs, rw.dst.outputs))
+        hit = builder.target_costs[key] = (tuple(n.cost for n in changes.values()), same)
+    new_costs, same = hit
+    if not same:
+        return None
+    cost = g.cost
+    for c in new_costs:
+        cost += c
+    for m in ops:
+        cost -= gn[m].cost
+    return cost
+
+
+def rewrite(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> Child:
+    """The rewrite of g at a site that passed ``check``, as a ``Child``."""
+    gn = g.nodes
+    changes: dict = {}
+    nodes = ChainMap(changes, gn)  # the child's nodes as far as the builder reads them
+    key, cost = g.key, g.cost
+    ref_val = _targets(rw, g, b, changes, nodes, builder, gn[ops[-1]].dtype)
+    made = list(changes)
+    for n in changes.values():
+        key = (key + n.contrib) & MASK
+        cost += n.cost
+    nid = g.next_id + len(made)
     repl = {(ops[p[0]], p[1]): ref_val[rd]
             for rs, rd in zip(rw.src.outputs, rw.dst.outputs) for p in [G.parse_ref(rs)]}
     for m in ops:
-        n = nodes.pop(m)
+        n = gn[m]
+        changes[m] = None
         key = (key - n.contrib) & MASK
         cost -= n.cost
     uses = g.uses()
@@ -385,7 +613,7 @@ def apply(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> TG
         for u in uses.get(old, ()):
             if u is None:
                 continue
-            if u not in todo and u in nodes:
+            if u not in todo and changes.get(u, 0) is not None:
                 todo.append(u)
     if any(v in repl for v in outputs):
         okey = _out_key(tuple(g.value_name(v) for v in outputs))
@@ -400,12 +628,14 @@ def apply(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> TG
         if nn.weight != n.weight:
             for j in range(len(n.shapes)):
                 todo.extend(x for x in uses.get((u, j), ()) if x is not None and x not in todo)
-        nodes[u] = nn
+        changes[u] = nn
         key = (key - n.contrib + nn.contrib) & MASK
         cost += nn.cost - n.cost
-    ng = TGraph(nodes, outputs, nid, key, cost, g.num_ops - len(ops) + len(made))
-    ng.history = g.history + ((rw.id, tuple(ops), tuple(made)),)
-    return ng
+    c = Child()
+    c.parent, c.changes, c.outputs, c.next_id = g, changes, outputs, nid
+    c.key, c.cost, c.num_ops = key, cost, g.num_ops - len(ops) + len(made)
+    c.step = (rw.id, tuple(ops), tuple(made))
+    return c
 
 
 # ---------------------------------------------------------------------------------------------
