@@ -115,7 +115,7 @@ FAMILIES = {
     "conv-bias": Config(
         max_ops=3, max_weight_ops=3,
         inputs=(InputSpec("i1", (2, 4, 5, 5), "act"), InputSpec("c1", (4, 4, 3, 3), "weight"), InputSpec("c2", (4, 4, 3, 3), "weight"),
-                InputSpec("c3", (4, 4, 1, 1), "weight"),
+                InputSpec("c3", (4, 4, 1, 1), "weight"), InputSpec("d1", (4, 1, 3, 3), "weight"),
                 InputSpec("b1", (4,), "weight"), InputSpec("b2", (4,), "weight")),
         constants=(), op_limits=(("conv2d", 2), ("relu", 1)), ops=("conv2d", "relu", "concat", "split", "enlarge"),
         conv_on_inputs=True, id_prefix="B"),
