@@ -60,11 +60,8 @@ def search(g0: T.TGraph, rewrites: list, builder: T.Builder, opts: Options,
     step = max(1, opts.window // 2)
     starts = list(range(0, max(1, len(op_ids) - opts.window + step), step)) if len(op_ids) > opts.window else [0]
     best = g0
-    # op kind -> the rewrites with a source op of that kind; how far a match reaches from one op
-    by_kind: dict = {}
-    for ri, rw in enumerate(rewrites):
-        for k in sorted(rw.kinds):
-            by_kind.setdefault(k, []).append(ri)
+    # where a rewritten graph's new sites can be anchored; how far a match reaches from one op
+    table = T.anchor_table(rewrites)
     radius = max((len(rw.src.ops) - 1 for rw in rewrites), default=0)
     for wi, s in enumerate(starts):
         if time.monotonic() >= deadline:
@@ -77,7 +74,7 @@ def search(g0: T.TGraph, rewrites: list, builder: T.Builder, opts: Options,
         def eligible(nid, lo=lo, hi=hi):
             return lo <= nid <= hi or nid >= first_new
 
-        best = _search_window(best, rewrites, builder, opts, eligible, limit, deadline, stats, by_kind, radius)
+        best = _search_window(best, rewrites, builder, opts, eligible, limit, deadline, stats, table, radius)
         stats.windows += 1
         if progress:
             progress(wi + 1, len(starts), best.cost)
@@ -85,7 +82,7 @@ def search(g0: T.TGraph, rewrites: list, builder: T.Builder, opts: Options,
     return best, stats
 
 
-def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats, by_kind, radius) -> T.TGraph:
+def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats, table, radius) -> T.TGraph:
     """One window's search.
 
     A child is known by its cost alone until it is popped (``T.rewrite_cost``): the queue holds
@@ -134,7 +131,7 @@ def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats
         if parent_sites is None:
             sites = T.all_sites(rewrites, g, index)
         else:
-            sites = T.child_sites(rewrites, by_kind, radius, g, parent_sites, index)
+            sites = T.child_sites(rewrites, table, radius, g, parent_sites, index)
         sites_of[g] = sites
         for ri, ops, _bkey, b, why in sites:
             rw = rewrites[ri]

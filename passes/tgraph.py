@@ -428,36 +428,77 @@ def all_sites(rewrites: list, g: TGraph, index: Index) -> list:
     return out
 
 
-def child_sites(rewrites: list, by_kind: dict, radius: int, g: TGraph, parent_sites: list, index: Index) -> list:
+def anchor_table(rewrites: list) -> dict:
+    """For ``child_sites``: op kind -> [(requirement, [(rewrite index, source op position), ...])],
+    grouping the source ops of that kind by what they require of the op in their place: its
+    operand count, the kind and result index of each operand's producer where the rule has an op
+    there (None: a variable), and per result the kinds of the rule ops that use it."""
+    table: dict = {}
+    for ri, rw in enumerate(rewrites):
+        src = rw.src.ops
+        for pos, rop in enumerate(src):
+            prod = []
+            for r in rop.operands:
+                pr = G.parse_ref(r)
+                prod.append(None if pr is None else (src[pr[0]].name, pr[1]))
+            users = []
+            for j in range(rop.num_results):
+                ref = G.op_ref(pos, j, rop.num_results)
+                ks = frozenset(op.name for op in src if ref in op.operands)
+                if ks:
+                    users.append((j, ks))
+            req = (len(rop.operands), tuple(prod), tuple(users))
+            groups = table.setdefault(rop.name, {})
+            groups.setdefault(req, []).append((ri, pos))
+    return {k: list(v.items()) for k, v in table.items()}
+
+
+def _fits(g: TGraph, nid: int, req: tuple) -> bool:
+    """Whether node nid can stand in a source op with requirement ``req`` (see ``anchor_table``)."""
+    nodes = g.nodes
+    n = nodes[nid]
+    n_operands, prod, users = req
+    if len(n.operands) != n_operands:
+        return False
+    if not any(all(pk is None or (nodes[v[0]].kind, v[1]) == pk for pk, v in zip(prod, order))
+               for order in RB.operand_orders(n.kind, n.operands)):
+        return False
+    uses = g.uses()
+    for j, ks in users:
+        if not ks <= {nodes[u].kind for u in uses.get((nid, j), ()) if u is not None}:
+            return False
+    return True
+
+
+def child_sites(rewrites: list, table: dict, radius: int, g: TGraph, parent_sites: list, index: Index) -> list:
     """g's sites from its parent's (g = parent + one rewrite, ``g.changes``), sorted: the same list as
     ``all_sites``. A match whose ops the rewrite did not change is a match in both graphs (matching
     reads only the matched ops), and so is its local check; the other matches use a node the
     rewrite created or rewired, and are found by matching anchored at those nodes.
-    ``by_kind``: op kind -> indexes of the rewrites with a source op of that kind; ``radius``: the
-    most ops of a rewrite's source, less one."""
+    ``table``: ``anchor_table(rewrites)``; ``radius``: the most ops of a rewrite's source, less one."""
     changed = g.changes.keys()
     keep = [s for s in parent_sites if changed.isdisjoint(s[1])]
     nodes, eligible = g.nodes, index.eligible
-    fresh = [nid for nid, n in g.changes.items() if n is not None and n.is_taso and eligible(nid)]
+    fresh = sorted(nid for nid, n in g.changes.items() if n is not None and n.is_taso and eligible(nid))
     if not fresh:
         return keep
-    fresh_by_kind: dict = {}
-    for nid in sorted(fresh):
-        fresh_by_kind.setdefault(nodes[nid].kind, []).append(nid)
+    # (rewrite, position) -> the fresh nodes that can stand there
+    anchors: dict = {}
+    for nid in fresh:
+        for req, pairs in table.get(nodes[nid].kind, ()):
+            if _fits(g, nid, req):
+                for pair in pairs:
+                    anchors.setdefault(pair, []).append(nid)
     near = _near_kinds(g, fresh, eligible, radius)
     new = []
-    for ri in sorted({ri for k in fresh_by_kind for ri in by_kind.get(k, ())}):
+    for (ri, pos), cands in sorted(anchors.items()):
         rw = rewrites[ri]
         if not rw.kinds <= near:
             continue
-        for pos, rop in enumerate(rw.src.ops):
-            cands = fresh_by_kind.get(rop.name)
-            if cands is None:
-                continue
-            for ops, b in matches(rw, g, index, (pos, cands)):
-                # each match once: from the first position that holds a fresh node
-                if changed.isdisjoint(ops[:pos]):
-                    new.append(site(ri, rw, g, ops, b))
+        for ops, b in matches(rw, g, index, (pos, cands)):
+            # each match once: from the first position that holds a fresh node
+            if changed.isdisjoint(ops[:pos]):
+                new.append(site(ri, rw, g, ops, b))
     out = keep + new
     out.sort(key=_site_order)
     return out

@@ -33,8 +33,8 @@ def test_incremental_sites_uses_and_costs_match_a_fresh_computation(name, monkey
     child_sites = T.child_sites
     counts = {"graphs": 0, "sites": 0, "costs": 0}
 
-    def checked(rewrites, by_kind, radius, g, parent_sites, index):
-        got = child_sites(rewrites, by_kind, radius, g, parent_sites, index)
+    def checked(rewrites, table, radius, g, parent_sites, index):
+        got = child_sites(rewrites, table, radius, g, parent_sites, index)
         fresh = T.TGraph(g.nodes, g.outputs, g.next_id, g.key, g.cost, g.num_ops)  # no parent: built from scratch
         want = T.all_sites(rewrites, fresh, T.Index(fresh, index.eligible))
         assert [s[:3] for s in got] == [s[:3] for s in want]
