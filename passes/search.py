@@ -61,7 +61,7 @@ def search(g0: T.TGraph, rewrites: list, builder: T.Builder, opts: Options,
     starts = list(range(0, max(1, len(op_ids) - opts.window + step), step)) if len(op_ids) > opts.window else [0]
     best = g0
     # where a rewritten graph's new sites can be anchored; how far a match reaches from one op
-    table = T.anchor_table(rewrites)
+    table = T.AnchorTable(rewrites)
     radius = max((len(rw.src.ops) - 1 for rw in rewrites), default=0)
     for wi, s in enumerate(starts):
         if time.monotonic() >= deadline:
@@ -133,16 +133,20 @@ def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats
         else:
             sites = T.child_sites(rewrites, table, radius, g, parent_sites, index)
         sites_of[g] = sites
-        for ri, ops, _bkey, b, why in sites:
+        for st in sites:
+            ri, ops, _bkey, b, why, costs = st
             rw = rewrites[ri]
             if why is None and g.num_ops - len(ops) + len(rw.dst.ops) > limit:
                 why = "op count over the limit"
             if why is not None:
                 stats.rejected[why.split(":")[0]] += 1
                 continue
-            cost = T.rewrite_cost(rw, g, ops, b, builder)
-            if cost is None:  # the rewrite changes weight flags downstream: build it to know its cost
+            if costs == 0:
+                costs = st[5] = T.target_costs(rw, g, ops, b, builder)
+            if costs is None:  # the rewrite changes weight flags downstream: build it to know its cost
                 cost = T.rewrite(rw, g, ops, b, builder).cost
+            else:
+                cost = T.rewrite_cost(g, ops, costs)
             entry = (cost, seq, g, ri, ops, b)
             if cost < best_cost - 1e-12:
                 why = T.check_global(rw, g, ops, b)

@@ -156,7 +156,7 @@ class Builder:
     def __init__(self, cost_model):
         self.cost_model = cost_model
         self._costs: dict = {}  # (kind, attrs, operand shapes, shapes, dtype, weight) -> cost
-        self.target_costs: dict = {}  # see rewrite_cost
+        self.target_costs: dict = {}  # see target_costs
 
     def node(self, g_nodes, kind: str, attrs: tuple, operands: tuple, shapes: tuple, dtype: str,
              name: Optional[int] = None, weight: Optional[bool] = None) -> Node:
@@ -406,13 +406,14 @@ def check_global(rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> Optional[str]
 # sites: the matches of every rewrite, with their local check
 
 
-def site(ri: int, rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> tuple:
-    """(rewrite index, ops, binding as sorted pairs, binding, check_local's answer); sites sort by
-    the first three. The binding is put in variable order, so that the check's answer (the first
-    reason found) does not depend on the order the matcher bound the variables in."""
+def site(ri: int, rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> list:
+    """[rewrite index, ops, binding as sorted pairs, binding, check_local's answer, target costs (for
+    the search to fill in: ``target_costs``)]; sites sort by the first three. The binding is put
+    in variable order, so that the check's answer (the first reason found) does not depend on the
+    order the matcher bound the variables in. A child graph shares the sites it inherits."""
     bkey = tuple(sorted(b.items()))
     b = dict(bkey)
-    return (ri, tuple(ops), bkey, b, check_local(rw, g, ops, b))
+    return [ri, tuple(ops), bkey, b, check_local(rw, g, ops, b), 0]
 
 
 def _site_order(s: tuple) -> tuple:
@@ -428,54 +429,74 @@ def all_sites(rewrites: list, g: TGraph, index: Index) -> list:
     return out
 
 
-def anchor_table(rewrites: list) -> dict:
-    """For ``child_sites``: op kind -> [(requirement, [(rewrite index, source op position), ...])],
-    grouping the source ops of that kind by what they require of the op in their place: its
-    operand count, the kind and result index of each operand's producer where the rule has an op
-    there (None: a variable), and per result the kinds of the rule ops that use it."""
-    table: dict = {}
-    for ri, rw in enumerate(rewrites):
-        src = rw.src.ops
-        for pos, rop in enumerate(src):
-            prod = []
-            for r in rop.operands:
-                pr = G.parse_ref(r)
-                prod.append(None if pr is None else (src[pr[0]].name, pr[1]))
-            users = []
-            for j in range(rop.num_results):
-                ref = G.op_ref(pos, j, rop.num_results)
-                ks = frozenset(op.name for op in src if ref in op.operands)
-                if ks:
-                    users.append((j, ks))
-            req = (len(rop.operands), tuple(prod), tuple(users))
-            groups = table.setdefault(rop.name, {})
-            groups.setdefault(req, []).append((ri, pos))
-    return {k: list(v.items()) for k, v in table.items()}
+class AnchorTable:
+    """Where a node can stand in a rewrite's source, for ``child_sites``: ``pairs(g, nid)`` is the
+    list of (rewrite index, source op position) whose local requirements node nid meets. Built once
+    per search.
+
+    A source op's requirement: its kind and operand count; per operand, the kind and result index
+    of its producer where the rule has an op there, else the kinds of the other rule ops that use
+    the same variable (they use the same value); per result, the kinds of the rule ops that use it.
+    A node's answer depends only on the same facts about the node (its signature), so it is
+    memoized by signature."""
+
+    def __init__(self, rewrites: list):
+        groups: dict = {}  # kind -> requirement -> [(rewrite index, position)]
+        for ri, rw in enumerate(rewrites):
+            src = rw.src.ops
+            for pos, rop in enumerate(src):
+                operands = []
+                for r in rop.operands:
+                    pr = G.parse_ref(r)
+                    if pr is None:
+                        operands.append(("var", frozenset(op.name for i, op in enumerate(src)
+                                                          if i != pos and r in op.operands)))
+                    else:
+                        operands.append(("op", (src[pr[0]].name, pr[1])))
+                users = tuple(frozenset(op.name for op in src if G.op_ref(pos, j, rop.num_results) in op.operands)
+                              for j in range(rop.num_results))
+                groups.setdefault(rop.name, {}).setdefault((tuple(operands), users), []).append((ri, pos))
+        self.groups = {k: list(v.items()) for k, v in groups.items()}
+        self._memo: dict = {}
+
+    def pairs(self, g: TGraph, nid: int) -> list:
+        nodes, uses = g.nodes, g.uses()
+        n = nodes[nid]
+        # the node's signature: per operand its producer's (kind, result) and the kinds of its other
+        # users; per result the kinds of its users
+        operands = tuple(((nodes[v[0]].kind, v[1]),
+                          frozenset(nodes[u].kind for u in uses.get(v, ()) if u is not None and u != nid))
+                         for v in n.operands)
+        users = tuple(frozenset(nodes[u].kind for u in uses.get((nid, j), ()) if u is not None)
+                      for j in range(len(n.shapes)))
+        sig = (n.kind, operands, users)
+        out = self._memo.get(sig)
+        if out is None:
+            out = self._memo[sig] = self._pairs(n.kind, operands, users)
+        return out
+
+    def _pairs(self, kind: str, operands: tuple, users: tuple) -> list:
+        orders = [operands]
+        if kind in RB.COMMUTATIVE and len(operands) == 2:
+            orders.append((operands[1], operands[0]))
+        out = []
+        for (want_ops, want_users), pairs in self.groups.get(kind, ()):
+            if len(want_ops) != len(operands) or len(want_users) != len(users):
+                continue
+            if not all(w <= have for w, have in zip(want_users, users)):
+                continue
+            if any(all(w[1] == prod if w[0] == "op" else w[1] <= others for w, (prod, others) in zip(want_ops, order))
+                   for order in orders):
+                out.extend(pairs)
+        return sorted(out)
 
 
-def _fits(g: TGraph, nid: int, req: tuple) -> bool:
-    """Whether node nid can stand in a source op with requirement ``req`` (see ``anchor_table``)."""
-    nodes = g.nodes
-    n = nodes[nid]
-    n_operands, prod, users = req
-    if len(n.operands) != n_operands:
-        return False
-    if not any(all(pk is None or (nodes[v[0]].kind, v[1]) == pk for pk, v in zip(prod, order))
-               for order in RB.operand_orders(n.kind, n.operands)):
-        return False
-    uses = g.uses()
-    for j, ks in users:
-        if not ks <= {nodes[u].kind for u in uses.get((nid, j), ()) if u is not None}:
-            return False
-    return True
-
-
-def child_sites(rewrites: list, table: dict, radius: int, g: TGraph, parent_sites: list, index: Index) -> list:
+def child_sites(rewrites: list, table: AnchorTable, radius: int, g: TGraph, parent_sites: list, index: Index) -> list:
     """g's sites from its parent's (g = parent + one rewrite, ``g.changes``), sorted: the same list as
     ``all_sites``. A match whose ops the rewrite did not change is a match in both graphs (matching
     reads only the matched ops), and so is its local check; the other matches use a node the
     rewrite created or rewired, and are found by matching anchored at those nodes.
-    ``table``: ``anchor_table(rewrites)``; ``radius``: the most ops of a rewrite's source, less one."""
+    ``table``: an ``AnchorTable`` of the rewrites; ``radius``: the most ops of a rewrite's source, less one."""
     changed = g.changes.keys()
     keep = [s for s in parent_sites if changed.isdisjoint(s[1])]
     nodes, eligible = g.nodes, index.eligible
@@ -485,10 +506,8 @@ def child_sites(rewrites: list, table: dict, radius: int, g: TGraph, parent_site
     # (rewrite, position) -> the fresh nodes that can stand there
     anchors: dict = {}
     for nid in fresh:
-        for req, pairs in table.get(nodes[nid].kind, ()):
-            if _fits(g, nid, req):
-                for pair in pairs:
-                    anchors.setdefault(pair, []).append(nid)
+        for pair in table.pairs(g, nid):
+            anchors.setdefault(pair, []).append(nid)
     near = _near_kinds(g, fresh, eligible, radius)
     new = []
     for (ri, pos), cands in sorted(anchors.items()):
@@ -599,29 +618,33 @@ def _targets(rw: RB.Rewrite, g: TGraph, b: dict, changes: dict, nodes, builder: 
     return ref_val
 
 
-def rewrite_cost(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> Optional[float]:
-    """The cost of ``rewrite(rw, g, ops, b)`` without building it (the same sum in the same order,
-    so the same float), or None where the rewrite changes whether a replaced value is computed
-    from weights only (the users' costs change too; only ``rewrite`` knows them). ``b`` in
-    variable order. The target ops' costs are memoized by the rewrite, the variables' shapes and
-    weight flags, the element type and the replaced ops' weight flags."""
+def target_costs(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> Optional[tuple]:
+    """The costs of the target ops ``rewrite(rw, g, ops, b)`` makes, in order, or None where the
+    rewrite changes whether a replaced value is computed from weights only (then the users' costs
+    change too, and only ``rewrite`` knows them). Memoized by the rewrite, the variables' shapes
+    and weight flags (``b`` in variable order), the element type and the matched ops' weight flags:
+    for a site of a graph it holds in every graph the site is inherited by."""
     gn = g.nodes
     dtype = gn[ops[-1]].dtype
     key = (rw.id, tuple((gn[x[0]].shapes[x[1]], gn[x[0]].weight) for x in b.values()), dtype,
            tuple(gn[o].weight for o in ops))
-    hit = builder.target_costs.get(key)
-    if hit is None:
+    hit = builder.target_costs.get(key, 0)
+    if hit == 0:
         changes: dict = {}
         nodes = ChainMap(changes, gn)
         ref_val = _targets(rw, g, b, changes, nodes, builder, dtype)
         same = all(nodes[ref_val[rd][0]].weight == gn[ops[G.parse_ref(rs)[0]]].weight
                    for rs, rd in zip(rw.src.outputs, rw.dst.outputs))
-        hit = builder.target_costs[key] = (tuple(n.cost for n in changes.values()), same)
-    new_costs, same = hit
-    if not same:
-        return None
+        hit = builder.target_costs[key] = tuple(n.cost for n in changes.values()) if same else None
+    return hit
+
+
+def rewrite_cost(g: TGraph, ops: list, costs: tuple) -> float:
+    """The cost of the rewrite of g at ops whose target ops cost ``costs`` (``target_costs``), without
+    building it: the same sum in the same order as ``rewrite``, so the same float."""
+    gn = g.nodes
     cost = g.cost
-    for c in new_costs:
+    for c in costs:
         cost += c
     for m in ops:
         cost -= gn[m].cost

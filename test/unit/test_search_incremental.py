@@ -40,11 +40,11 @@ def test_incremental_sites_uses_and_costs_match_a_fresh_computation(name, monkey
         assert [s[:3] for s in got] == [s[:3] for s in want]
         assert [s[4] for s in got] == [s[4] for s in want]
         assert g.uses() == fresh.uses()
-        for ri, ops, _k, b, why in got:
+        for ri, ops, _k, b, why, _c in got:
             if why is None and T.check_global(rewrites[ri], g, ops, b) is None:
-                c = T.rewrite_cost(rewrites[ri], g, ops, b, builder)
-                if c is not None:
-                    assert c == T.rewrite(rewrites[ri], g, ops, b, builder).cost
+                costs = T.target_costs(rewrites[ri], g, ops, b, builder)
+                if costs is not None:
+                    assert T.rewrite_cost(g, ops, costs) == T.rewrite(rewrites[ri], g, ops, b, builder).cost
                     counts["costs"] += 1
         counts["graphs"] += 1
         counts["sites"] += len(got)
