@@ -1,10 +1,20 @@
 """TASO's cost-based backtracking search over the in-memory graph (``tgraph``).
 
 A priority queue of graphs ordered by cost, seeded with the input graph. Pop the cheapest; for every
-rewrite and every site where its check passes, build the rewritten graph; keep it if its op count is
-at most ``max_growth`` x the original's and its key is new, and queue it if its cost is below
-``alpha`` x the best cost so far. Stop after ``budget`` pops (per window) or at the deadline, with
-the best graph so far.
+rewrite and every site where its check passes, the rewritten graph is kept if its op count is at
+most ``max_growth`` x the original's and its key is new, and queued if its cost is below ``alpha`` x
+the best cost so far. Stop after ``budget`` pops (per window) or at the deadline, with the best
+graph so far.
+
+What makes it fast (the graphs popped are the same as doing the above literally):
+
+- a child is queued by its cost alone, computed without building it (``T.rewrite_cost``); the part
+  of the site check that reads the rest of the graph, the rewritten graph and its key are computed
+  when it is popped, and a popped child that fails the check or was popped before is dropped
+  (``_search_window`` says why this pops the same graphs);
+- a popped graph's sites are its parent's, less those the rewrite touched, plus the matches around
+  the ops the rewrite created or rewired (``T.child_sites``); only a window's first graph is
+  matched in full.
 
 Big graphs are searched in windows (MetaFlow's graph split): overlapping ranges of consecutive ops
 in the function's order. A window's search sees only its ops (and the ops earlier windows created),
@@ -41,9 +51,9 @@ class Stats:
     windows: int = 0
     windows_skipped: int = 0
     popped: int = 0
-    generated: int = 0  # children built (when popped)
-    pruned: int = 0  # children not queued: cost >= alpha x best
-    duplicates: int = 0
+    generated: int = 0  # children costed (sites that passed the local check, within the op limit)
+    pruned: int = 0  # of those, not queued: cost >= alpha x best
+    duplicates: int = 0  # children popped whose graph was popped before
     rejected: Counter = field(default_factory=Counter)  # reason -> count
     timed_out: bool = False
     time_s: float = 0.0
@@ -118,7 +128,6 @@ def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats
                 stats.rejected[why.split(":")[0]] += 1
                 continue
             child = T.rewrite(rw, p, ops, b, builder)
-            stats.generated += 1
             if child.key in seen:
                 stats.duplicates += 1
                 continue
@@ -147,6 +156,7 @@ def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats
                 cost = T.rewrite(rw, g, ops, b, builder).cost
             else:
                 cost = T.rewrite_cost(g, ops, costs)
+            stats.generated += 1
             entry = (cost, seq, g, ri, ops, b)
             if cost < best_cost - 1e-12:
                 why = T.check_global(rw, g, ops, b)
