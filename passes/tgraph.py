@@ -12,6 +12,7 @@ the same key, and the key is updated in O(size of the rewrite).
 
 from __future__ import annotations
 
+import operator
 from collections import ChainMap
 from dataclasses import dataclass
 from typing import Optional
@@ -84,8 +85,15 @@ class TGraph:
         return self._uses
 
     def ranks(self) -> dict:
-        """node id -> position in a topological order (built once per graph, on demand)."""
+        """node id -> a number increasing along every edge (a topological order; built once per
+        graph, on demand, from the parent's where the rewrite's new ops fit between their operands
+        and their users)."""
         if self._ranks is None:
+            p = self.parent
+            if p is not None and p._ranks is not None:
+                self._ranks = _patched_ranks(p, self)
+                if self._ranks is not None:
+                    return self._ranks
             nodes, rank = self.nodes, {}
             for root in nodes:
                 if root in rank:
@@ -140,6 +148,36 @@ def _patched_uses(p: TGraph, g: TGraph) -> dict:
         else:
             u.pop(v, None)
     return u
+
+
+def _patched_ranks(p: TGraph, g: TGraph) -> Optional[dict]:
+    """g's ranks from its parent's: removed ops dropped, every other old node keeps its rank, and the
+    new ops (made in an order where operands come first) get evenly spaced ranks above their old
+    operands' and below the rewired users'. None where that interval is empty (a multi-output
+    rewrite can need old ops reordered) or too narrow for floats: then they are recomputed."""
+    r = dict(p._ranks)
+    new = []
+    lowest_user = float("inf")
+    for nid, n in g.changes.items():
+        if n is None:
+            del r[nid]
+        elif nid in r:
+            lowest_user = min(lowest_user, r[nid])
+        else:
+            new.append(nid)
+    if not new:
+        return r
+    above = max((r[v[0]] for nid in new for v in g.changes[nid].operands if v[0] in r), default=-1.0)
+    if above >= lowest_user:
+        return None
+    step = 1.0 if lowest_user == float("inf") else (lowest_user - above) / (len(new) + 1)
+    last = above
+    for i, nid in enumerate(new, start=1):
+        x = above + step * i
+        if not last < x < lowest_user:
+            return None
+        r[nid] = last = x
+    return r
 
 
 def _contrib(name: int, operand_names: tuple) -> int:
@@ -416,8 +454,7 @@ def site(ri: int, rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> list:
     return [ri, tuple(ops), bkey, b, check_local(rw, g, ops, b), 0]
 
 
-def _site_order(s: tuple) -> tuple:
-    return s[:3]
+_site_order = operator.itemgetter(0, 1, 2)
 
 
 def all_sites(rewrites: list, g: TGraph, index: Index) -> list:
@@ -529,6 +566,7 @@ def _near_kinds(g: TGraph, start: list, eligible, radius: int) -> set:
     match are connected by such steps, so a match with an op in ``start`` has only these kinds."""
     nodes, uses = g.nodes, g.uses()
     seen = set(start)
+    seen_values: set = set()  # values whose users were listed (a value can have many)
     frontier = list(start)
     for _ in range(radius):
         nxt = []
@@ -536,7 +574,9 @@ def _near_kinds(g: TGraph, start: list, eligible, radius: int) -> set:
             n = nodes[nid]
             near = [v[0] for v in n.operands]
             for v in n.operands + tuple((nid, j) for j in range(len(n.shapes))):
-                near.extend(uses.get(v, ()))
+                if v not in seen_values:
+                    seen_values.add(v)
+                    near.extend(uses.get(v, ()))
             for x in near:
                 if x is not None and x not in seen and nodes[x].is_taso and eligible(x):
                     seen.add(x)

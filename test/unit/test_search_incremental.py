@@ -1,7 +1,8 @@
 """taso-search's incremental bookkeeping agrees with computing from scratch: at every popped graph of
 real searches, the sites inherited from the parent plus the ones found around the rewrite equal
-matching the whole window, the uses patched from the parent's equal uses built from the nodes, and
-the cost of a child computed before it is built equals the built child's cost exactly."""
+matching the whole window, the uses patched from the parent's equal uses built from the nodes, the
+ranks patched from the parent's are a topological order, and the cost of a child computed before it
+is built equals the built child's cost exactly."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def test_incremental_sites_uses_and_costs_match_a_fresh_computation(name, monkey
     g0 = _graph(name, builder)
     rws = taso_search.rewrites()
     child_sites = T.child_sites
-    counts = {"graphs": 0, "sites": 0, "costs": 0}
+    counts = {"graphs": 0, "sites": 0, "costs": 0, "patched ranks": 0}
 
     def checked(rewrites, table, radius, g, parent_sites, index):
         got = child_sites(rewrites, table, radius, g, parent_sites, index)
@@ -40,6 +41,11 @@ def test_incremental_sites_uses_and_costs_match_a_fresh_computation(name, monkey
         assert [s[:3] for s in got] == [s[:3] for s in want]
         assert [s[4] for s in got] == [s[4] for s in want]
         assert g.uses() == fresh.uses()
+        # ranks patched from the parent's (where it has them) are a topological order
+        rank = g.ranks()
+        assert rank.keys() == g.nodes.keys()
+        assert all(rank[v[0]] < rank[nid] for nid, n in g.nodes.items() for v in n.operands)
+        counts["patched ranks"] += g.parent is not None and g.parent._ranks is not None
         for ri, ops, _k, b, why, _c in got:
             if why is None and T.check_global(rewrites[ri], g, ops, b) is None:
                 costs = T.target_costs(rewrites[ri], g, ops, b, builder)
@@ -52,6 +58,6 @@ def test_incremental_sites_uses_and_costs_match_a_fresh_computation(name, monkey
 
     monkeypatch.setattr(T, "child_sites", checked)
     best, stats = S.search(g0, rws, builder, S.Options(budget=30, window=40))
-    assert counts["graphs"] > 0 and counts["sites"] > 0 and counts["costs"] > 0, counts
+    assert all(counts.values()), counts
     assert stats.popped > counts["graphs"]  # window roots are matched in full
     assert best.cost <= g0.cost
