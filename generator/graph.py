@@ -11,7 +11,10 @@ which a rule states symbolically so that it applies at any shape:
 - a conv2d with a group other than 1 has ``group = "grouped"``: C_in(input) / C_in(weight), which
   must not be 1 (depthwise convolutions are the common case), so a rule holds for any channel count;
 - window ops (conv2d, maxpool2d, avgpool2d) have ``pads = "same"``: (k-1)/2 on each side for the
-  op's odd kernel k, as in TASO's SAME padding, so a rule holds for any odd kernel size.
+  op's odd kernel k, as in TASO's SAME padding, so a rule holds for any odd kernel size;
+- window ops may have ``strides = "s"``: one stride shared by every such op of the rule (both sides),
+  given where the rule is applied as ``STRIDE_VAR`` in the shapes mapping (``taso-verify`` states a
+  rule so when it also proves with a symbolic stride; see ``verifier.prove.generalize_strides``).
 
 The graph's meaning is the operator specs' reference semantics (``dialect.specs.evaluate``); the
 only deviation is the fingerprinting mode of the generator, which evaluates in uint32 with TASO's
@@ -29,6 +32,9 @@ import numpy as np
 from ..dialect import specs
 
 Ref = str
+
+#: the key of a rule's symbolic stride (``strides = "s"``) in a shapes mapping
+STRIDE_VAR = "@strides"
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,10 @@ def spec_attrs(op: Op, shapes: Mapping[Ref, tuple]) -> tuple[dict, list | None]:
             raise specs.SpecError(f"conv2d: a grouped rule conv needs input channels a multiple > 1 of the "
                                   f"weight's, got {list(x)} and {list(w)}")
         a["group"] = x[1] // w[1]
+    if a.get("strides") == "s":
+        if STRIDE_VAR not in shapes:
+            raise specs.SpecError(f"{op.name}: the rule's symbolic stride is not bound")
+        a["strides"] = tuple(shapes[STRIDE_VAR])
     if op.name == "split":
         a["sizes"] = tuple(_resolve_dim(d, shapes) for d in a["sizes"])
     elif op.name in specs.CONSTANTS:
@@ -172,8 +182,10 @@ def infer(graph: Graph, input_shapes: Mapping[str, tuple]) -> dict[Ref, tuple]:
     return shapes
 
 
-def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray], relu_surrogate: bool = False) -> list[np.ndarray]:
-    """Run the graph on ``inputs`` with the reference semantics; returns the outputs.
+def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray], relu_surrogate: bool = False,
+             strides=None) -> list[np.ndarray]:
+    """Run the graph on ``inputs`` with the reference semantics; returns the outputs (``strides``: the
+    value of a symbolic stride).
 
     ``relu_surrogate``: integer fingerprinting mode: relu (and fused relu activations) become
     x*(x+1)+1, which is not piecewise linear, so rules that only hold because relu is piecewise
@@ -181,6 +193,8 @@ def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray], relu_surrogate: boo
     """
     vals: dict[Ref, np.ndarray] = dict(inputs)
     shapes = {k: v.shape for k, v in vals.items()}
+    if strides is not None:
+        shapes[STRIDE_VAR] = tuple(strides)
     dtype = next(iter(vals.values())).dtype if vals else np.dtype(np.float64)
     for k, op in enumerate(graph.ops):
         a, hint = spec_attrs(op, shapes)

@@ -254,7 +254,7 @@ class Natives:
         rw = self.by_id[str(ir.StringAttr(values[0]).value)]
         ops = [_op(v) for v in values[1:]]
         b = RB.bind_ops(rw, self.view, ops)
-        shapes = {v: tuple(shape_of(val)) for v, val in b.items()}
+        shapes = {v: tuple(shape_of(val)) for v, val in b.items()} | RB.site_env(rw, self.view, ops)
         et = elem_type(ops[-1].results[0])
         attr_names = _target_attr_names(rw)
         for k, ((attrs, outs), op) in enumerate(zip(RB.dst_op_attrs(rw, shapes), rw.dst.ops)):

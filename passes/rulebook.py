@@ -19,7 +19,8 @@ The check is what makes an application sound; it is every precondition the rules
    convolutions, and one without only unbiased ones);
 2. every attribute equals the rule's, with the rule's symbolic attributes (split sizes, constant
    shapes, ``pads="same"``, ``group="grouped"``) resolved at the site's shapes, and spec defaults for
-   attributes the rule does not name (so dilations are 1);
+   attributes the rule does not name (so dilations are 1); a rule stated with a symbolic stride
+   (``strides = "s"``) takes it from the site, where it must be 1 or 2 in both directions;
 3. elementwise operands have equal shapes (no broadcasting), the element type is a float type;
 4. an input variable has the rank it had in the generator, unless every op of the rule is
    rank-polymorphic (elementwise), since axes (concat, split, transpose, matmul) are absolute;
@@ -57,6 +58,8 @@ class Rewrite:
     kinds: frozenset = frozenset()
     #: PDL can express it (see emittable())
     why_not_emitted: str = ""
+    #: the first source op whose stride is the rule's symbolic stride (None: the rule has none)
+    stride_op: Optional[int] = None
 
     @property
     def text(self) -> str:
@@ -70,6 +73,7 @@ def _make(rid: str, direction: str, record: dict, src: G.Graph, dst: G.Graph) ->
     rw.out_index = {r: i for i, r in enumerate(src.outputs)}
     rw.kinds = frozenset(op.name for op in src.ops)
     rw.why_not_emitted = _why_not(src, dst)
+    rw.stride_op = next((k for k, op in enumerate(src.ops) if op.attr("strides") == "s"), None)
     return rw
 
 
@@ -217,9 +221,24 @@ def check_site(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
     return check_local(rw, view, ops, b) or check_uses(rw, view, ops)
 
 
+#: the strides at which a rule stated with a symbolic stride applies: those at which every stride
+#: axiom was validated against the reference semantics
+SYMBOLIC_STRIDES = frozenset({(1, 1), (2, 2)})
+
+
+def site_env(rw: Rewrite, view: View, ops: list) -> dict:
+    """The values of the rule's symbolic attributes at the site (the stride, if the rule has one), in
+    the form ``generator.graph`` reads them from a shapes mapping."""
+    if rw.stride_op is None:
+        return {}
+    return {G.STRIDE_VAR: tuple(view.attrs(ops[rw.stride_op])["strides"])}
+
+
 def check_local(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
     """The preconditions that depend only on the site's shapes, types and attributes (1-4, 6)."""
-    shapes: dict = {}
+    shapes: dict = site_env(rw, view, ops)
+    if shapes and shapes[G.STRIDE_VAR] not in SYMBOLIC_STRIDES:
+        return f"stride {list(shapes[G.STRIDE_VAR])}: the rule's symbolic stride is proved for strides 1 and 2"
     for v, val in b.items():
         s = view.shape(val)
         if s is None:

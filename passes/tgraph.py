@@ -444,24 +444,35 @@ def check_global(rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> Optional[str]
 # sites: the matches of every rewrite, with their local check
 
 
-def site(ri: int, rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> list:
-    """[rewrite index, ops, binding as sorted pairs, binding, check_local's answer, target costs (for
-    the search to fill in: ``target_costs``)]; sites sort by the first three. The binding is put
-    in variable order, so that the check's answer (the first reason found) does not depend on the
-    order the matcher bound the variables in. A child graph shares the sites it inherits."""
+def _add_site(out: list, rejected, ri: int, rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> None:
+    """Append the match as a site if it passes ``check_local``, else count the reason in
+    ``rejected`` (a Counter, or None). A site is [rewrite index, ops, binding as sorted pairs,
+    binding, target costs (for the search to fill in: ``target_costs``)]; sites sort by the first
+    three. The binding is put in variable order, so that the check's answer (the first reason
+    found) does not depend on the order the matcher bound the variables in. A child graph shares
+    the sites it inherits (a site that fails the local check fails it in every graph that would
+    inherit it, so it is not kept)."""
     bkey = tuple(sorted(b.items()))
     b = dict(bkey)
-    return [ri, tuple(ops), bkey, b, check_local(rw, g, ops, b), 0]
+    why = check_local(rw, g, ops, b)
+    if why is None:
+        out.append([ri, tuple(ops), bkey, b, 0])
+    elif rejected is not None:
+        rejected[why.split(":")[0]] += 1
 
 
 _site_order = operator.itemgetter(0, 1, 2)
 
 
-def all_sites(rewrites: list, g: TGraph, index: Index) -> list:
-    """Every site of every rewrite in g's window, sorted."""
+def all_sites(rewrites: list, g: TGraph, index: Index, rejected=None) -> list:
+    """Every site of every rewrite in g's window, sorted; the matches that fail the local check are
+    counted by reason in ``rejected``."""
     present = set(index.by_kind)
-    out = [site(ri, rw, g, ops, b) for ri, rw in enumerate(rewrites) if rw.kinds <= present
-           for ops, b in matches(rw, g, index)]
+    out: list = []
+    for ri, rw in enumerate(rewrites):
+        if rw.kinds <= present:
+            for ops, b in matches(rw, g, index):
+                _add_site(out, rejected, ri, rw, g, ops, b)
     out.sort(key=_site_order)
     return out
 
@@ -528,12 +539,13 @@ class AnchorTable:
         return sorted(out)
 
 
-def child_sites(rewrites: list, table: AnchorTable, radius: int, g: TGraph, parent_sites: list, index: Index) -> list:
+def child_sites(rewrites: list, table: AnchorTable, radius: int, g: TGraph, parent_sites: list, index: Index,
+                rejected=None) -> list:
     """g's sites from its parent's (g = parent + one rewrite, ``g.changes``), sorted: the same list as
     ``all_sites``. A match whose ops the rewrite did not change is a match in both graphs (matching
     reads only the matched ops), and so is its local check; the other matches use a node the
-    rewrite created or rewired, and are found by matching anchored at those nodes.
-    ``table``: an ``AnchorTable`` of the rewrites; ``radius``: the most ops of a rewrite's source, less one."""
+    rewrite created or rewired, and are found by matching anchored at those nodes (those that fail
+    the local check are counted in ``rejected``). ``table``: an ``AnchorTable`` of the rewrites; ``radius``: the most ops of a rewrite's source, less one."""
     changed = g.changes.keys()
     keep = [s for s in parent_sites if changed.isdisjoint(s[1])]
     nodes, eligible = g.nodes, index.eligible
@@ -554,7 +566,7 @@ def child_sites(rewrites: list, table: AnchorTable, radius: int, g: TGraph, pare
         for ops, b in matches(rw, g, index, (pos, cands)):
             # each match once: from the first position that holds a fresh node
             if changed.isdisjoint(ops[:pos]):
-                new.append(site(ri, rw, g, ops, b))
+                _add_site(new, rejected, ri, rw, g, ops, b)
     out = keep + new
     out.sort(key=_site_order)
     return out
@@ -638,11 +650,12 @@ def apply(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> TG
     return rewrite(rw, g, ops, b, builder).graph()
 
 
-def _targets(rw: RB.Rewrite, g: TGraph, b: dict, changes: dict, nodes, builder: Builder, dtype: str) -> dict:
+def _targets(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, changes: dict, nodes, builder: Builder,
+             dtype: str) -> dict:
     """Build the target ops (new ids from g.next_id into ``changes``; ``nodes``: the mapping the
     builder reads). Returns rule reference -> value (the variables' and the new ops' results)."""
     gn = g.nodes
-    shapes = {v: tuple(gn[val[0]].shapes[val[1]]) for v, val in b.items()}
+    shapes = {v: tuple(gn[val[0]].shapes[val[1]]) for v, val in b.items()} | RB.site_env(rw, GraphView(g), ops)
     ref_val: dict = dict(b)
     nid = g.next_id
     dkey = (rw.id, tuple(sorted(shapes.items())))
@@ -663,16 +676,17 @@ def target_costs(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder
     rewrite changes whether a replaced value is computed from weights only (then the users' costs
     change too, and only ``rewrite`` knows them). Memoized by the rewrite, the variables' shapes
     and weight flags (``b`` in variable order), the element type and the matched ops' weight flags:
-    for a site of a graph it holds in every graph the site is inherited by."""
+    for a site of a graph it holds in every graph the site is inherited by. The key includes the
+    site's stride where the rule's is symbolic."""
     gn = g.nodes
     dtype = gn[ops[-1]].dtype
     key = (rw.id, tuple((gn[x[0]].shapes[x[1]], gn[x[0]].weight) for x in b.values()), dtype,
-           tuple(gn[o].weight for o in ops))
+           tuple(gn[o].weight for o in ops), tuple(RB.site_env(rw, GraphView(g), ops).items()))
     hit = builder.target_costs.get(key, 0)
     if hit == 0:
         changes: dict = {}
         nodes = ChainMap(changes, gn)
-        ref_val = _targets(rw, g, b, changes, nodes, builder, dtype)
+        ref_val = _targets(rw, g, ops, b, changes, nodes, builder, dtype)
         same = all(nodes[ref_val[rd][0]].weight == gn[ops[G.parse_ref(rs)[0]]].weight
                    for rs, rd in zip(rw.src.outputs, rw.dst.outputs))
         hit = builder.target_costs[key] = tuple(n.cost for n in changes.values()) if same else None
@@ -697,7 +711,7 @@ def rewrite(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> 
     changes: dict = {}
     nodes = ChainMap(changes, gn)  # the child's nodes as far as the builder reads them
     key, cost = g.key, g.cost
-    ref_val = _targets(rw, g, b, changes, nodes, builder, gn[ops[-1]].dtype)
+    ref_val = _targets(rw, g, ops, b, changes, nodes, builder, gn[ops[-1]].dtype)
     made = list(changes)
     for n in changes.values():
         key = (key + n.contrib) & MASK

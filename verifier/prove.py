@@ -23,8 +23,36 @@ class Untranslatable(Exception):
     pass
 
 
+#: the ops whose stride a rule may state symbolically
+WINDOW_OPS = ("conv2d", "maxpool2d", "avgpool2d")
+
+
+def generalize_strides(g: G.Graph) -> G.Graph:
+    """``g`` with every window op's stride (1, 1) replaced by the shared symbolic stride ``"s"``."""
+    ops = []
+    for op in g.ops:
+        if op.name in WINDOW_OPS and op.attr("strides") == (1, 1):
+            op = G.Op(op.name, tuple((k, "s" if k == "strides" else v) for k, v in op.attrs), op.operands,
+                      op.num_results)
+        ops.append(op)
+    return G.Graph(tuple(ops), g.outputs)
+
+
+def has_unit_strides(g: G.Graph) -> bool:
+    return any(op.name in WINDOW_OPS and op.attr("strides") == (1, 1) for op in g.ops)
+
+
 def translate(g: G.Graph, A: Z3Algebra, variables: dict) -> list:
+    """The outputs of ``g`` as Z3 terms (``variables``: input variable -> term; ``G.STRIDE_VAR``: the
+    integer term of a symbolic stride)."""
     vals = dict(variables)
+
+    def stride(v):
+        if v == "s":
+            if G.STRIDE_VAR not in variables:
+                raise Untranslatable("a symbolic stride without its variable")
+            return variables[G.STRIDE_VAR]
+        return scode(v)
     for k, op in enumerate(g.ops):
         a = dict(op.attrs)
         ins = [vals[r] for r in op.operands]
@@ -45,7 +73,7 @@ def translate(g: G.Graph, A: Z3Algebra, variables: dict) -> list:
             if a["group"] not in (1, "grouped"):
                 raise Untranslatable(f"conv2d group {a['group']}")
             conv = A.conv if len(ins) == 2 else A.conv_b  # with a bias operand: another function
-            outs = [conv(scode(a["strides"]), 1 if a["group"] == 1 else 0,
+            outs = [conv(stride(a["strides"]), 1 if a["group"] == 1 else 0,
                          1 if a.get("activation") == "relu" else 0, *ins)]
         elif n == "concat":
             outs = [A.cat(a["axis"], *ins)]
@@ -57,7 +85,7 @@ def translate(g: G.Graph, A: Z3Algebra, variables: dict) -> list:
             if a.get("pads") != "same" or (n == "avgpool2d" and a.get("count_include_pad") != 1):
                 raise Untranslatable(f"{n} padding")
             f = A.maxpool if n == "maxpool2d" else A.avgpool
-            outs = [f(kcode(a["kernel_shape"]), scode(a["strides"]), ins[0])]
+            outs = [f(kcode(a["kernel_shape"]), stride(a["strides"]), ins[0])]
         elif n == "enlarge":
             outs = [A.enlarge(kcode(a["kernel_shape"]), ins[0])]
         elif n in ("const_pool", "const_iconv"):
@@ -87,6 +115,7 @@ class Prover:
         t0 = time.perf_counter()
         names = sorted(set(a.inputs()) | set(b.inputs()))
         variables = {v: z3.Const(v, self.A.T) for v in names}
+        variables[G.STRIDE_VAR] = z3.Int("S", self.A.ctx)  # free: proved for every stride
         try:
             ta, tb = translate(a, self.A, variables), translate(b, self.A, variables)
         except Untranslatable as e:

@@ -16,7 +16,7 @@ from taso_mlir.dialect import specs
 from taso_mlir.dialect.mlir import func, ir, make_context
 from taso_mlir.dialect.ops import create_taso_op, dense_array, function_dce, taso_attrs
 from taso_mlir.generator import graph as G
-from taso_mlir.generator.candidates import random_inputs
+from taso_mlir.generator.candidates import SHAPE_VARIANTS, random_inputs, variant_shapes
 from taso_mlir.passes import pdl as P
 from taso_mlir.passes import rulebook as RB
 from taso_mlir.passes.taso_search import rewrites
@@ -118,6 +118,10 @@ for _path in _library.shipped_paths():
         RECORD_INPUTS[_rec["id"]] = {v: (tuple(s), k) for v, (s, k) in _rec["inputs"].items()}
 
 
+#: rewrites with a symbolic stride applied at stride 2 as well
+at_stride_2: set = set()
+
+
 @pytest.mark.parametrize("chunk", range(8))
 def test_every_rewrite_as_pdl_is_numerically_exact(chunk, taso_summary):
     done = 0
@@ -125,12 +129,26 @@ def test_every_rewrite_as_pdl_is_numerically_exact(chunk, taso_summary):
         inputs = RECORD_INPUTS[rw.rule_id]
         shapes = {v: s for v, (s, _k) in inputs.items()}
         kinds = {v: k for v, (_s, k) in inputs.items()}
-        assert _apply_and_compare(rw, shapes, kinds, seed=hash(rw.id) % 1000) == "ok", \
+        env = {} if rw.stride_op is None else {G.STRIDE_VAR: (1, 1)}
+        assert _apply_and_compare(rw, {**shapes, **env}, kinds, seed=hash(rw.id) % 1000) == "ok", \
             f"{rw.id} does not type-check at its own generator shapes"
         done += 1
+        if rw.stride_op is not None:  # a rule with a symbolic stride: also at stride 2, where it type-checks
+            for variant in ({},) + SHAPE_VARIANTS:
+                vshapes = variant_shapes(inputs, variant)
+                if _apply_and_compare(rw, {**vshapes, G.STRIDE_VAR: (2, 2)}, kinds, seed=7) == "ok":
+                    at_stride_2.add(rw.id)
+                    break
     if chunk == 0:
         taso_summary(f"PDL patterns: {len(REWRITES)} rewrites applied through MLIR and checked numerically "
                      f"(this chunk {done})")
+
+
+def test_stride_2_sites_are_rewritten(taso_summary):
+    """Rewrites with a symbolic stride were applied through PDL at stride 2 (by the test above)."""
+    general = [rw for rw in REWRITES if rw.stride_op is not None]
+    assert general and len(at_stride_2) >= len(general) // 2, (len(at_stride_2), len(general))
+    taso_summary(f"PDL patterns at stride 2: {len(at_stride_2)} of {len(general)} stride-generalized rewrites")
 
 
 def test_emitted_file_parses_and_names_every_pattern():

@@ -46,32 +46,49 @@ def test_library_header_and_counts(family, taso_summary):
                  " -> ".join(str(v) for v in values))
 
 
+#: the rules compared at stride 2 somewhere (both sides type-check)
+checked_at_stride_2: set = set()
+
+
+def _strides(rec) -> list:
+    """The strides to test a rule at: (1, 1), and (2, 2) where the rule is stated with a symbolic stride."""
+    symbolic = any(op[1].get("strides") == "s" for side in ("src", "dst") for op in rec[side]["ops"])
+    return [(1, 1), (2, 2)] if symbolic else [None]
+
+
 def _check(rec, seed):
     a, b = G.Graph.from_json(rec["src"]), G.Graph.from_json(rec["dst"])
     inputs = {v: (tuple(s), k) for v, (s, k) in rec["inputs"].items()}
     rng = np.random.default_rng(seed)
-    agreed = 0
-    for n, variant in enumerate(({},) + SHAPE_VARIANTS):
-        shapes = variant_shapes(inputs, variant)
-        typed = []
-        for g in (a, b):
-            try:
-                G.infer(g, shapes)
-                typed.append(True)
-            except Exception:
-                typed.append(False)
-        if n == 0:
-            assert all(typed), f"{rec['id']} does not type-check at its generator shapes"
-        if not all(typed):
-            continue  # a rule applies only where both sides type-check (a stated precondition)
-        for trial in range(2):
-            vals = random_inputs(inputs, shapes, rng)
-            for x, y in zip(G.evaluate(a, vals), G.evaluate(b, vals)):
-                assert x.shape == y.shape, (rec["id"], variant)
-                np.testing.assert_allclose(x, y, rtol=1e-7, atol=1e-9,
-                                           err_msg=f"{rec['id']} at {shapes}: {rec['text'][0]}  <=>  {rec['text'][1]}")
-        agreed += 1
-    assert agreed >= 3, f"{rec['id']} type-checks at only {agreed - 1} shape variants"
+    for stride in _strides(rec):
+        agreed = 0
+        env = {} if stride is None else {G.STRIDE_VAR: stride}
+        for n, variant in enumerate(({},) + SHAPE_VARIANTS):
+            shapes = variant_shapes(inputs, variant)
+            typed = []
+            for g in (a, b):
+                try:
+                    G.infer(g, {**shapes, **env})
+                    typed.append(True)
+                except Exception:
+                    typed.append(False)
+            if n == 0 and stride in (None, (1, 1)):
+                assert all(typed), f"{rec['id']} does not type-check at its generator shapes"
+            if not all(typed):
+                continue  # a rule applies only where both sides type-check (a stated precondition)
+            for trial in range(2):
+                vals = random_inputs(inputs, shapes, rng)
+                for x, y in zip(G.evaluate(a, vals, strides=stride), G.evaluate(b, vals, strides=stride)):
+                    assert x.shape == y.shape, (rec["id"], variant)
+                    np.testing.assert_allclose(x, y, rtol=1e-7, atol=1e-9,
+                                               err_msg=f"{rec['id']} at {shapes}, stride {stride}: "
+                                                       f"{rec['text'][0]}  <=>  {rec['text'][1]}")
+            agreed += 1
+        if stride in (None, (1, 1)):
+            assert agreed >= 3, f"{rec['id']} type-checks at only {agreed - 1} shape variants"
+        else:  # (a rule that type-checks nowhere at stride 2, e.g. a concat of x and conv(x), never applies there)
+            if agreed:
+                checked_at_stride_2.add(rec["id"])
 
 
 @pytest.mark.parametrize("chunk", range(8))
@@ -89,3 +106,26 @@ def test_differential_check_catches_a_wrong_rule():
                                  for n, a, o, k in rec["dst"]["ops"]], "outputs": rec["dst"]["outputs"]})
     with pytest.raises(AssertionError):
         _check(bad, seed=1)
+
+
+def test_stride_generalized_rules_are_tested_at_stride_2(taso_summary):
+    """taso-verify states a rule with a symbolic stride only where it proves for any stride; a rule that
+    needs the identity kernel (A40, stride 1 only) keeps stride 1, and a wrong stride-2 rule is caught."""
+    general = [r for r in PROVED if _strides(r) != [None]]
+    assert len(general) >= 200
+    for r in general:
+        _check(r, seed=5)
+    assert len(checked_at_stride_2) >= 150, "most stride-generalized rules must be exercised at stride 2"
+    assert all(r["proof"].get("generalized") == ["strides"] for r in general)
+    kept = [r for r in PROVED if _strides(r) == [None] and "A40" in r["proof"]["axioms"]]
+    assert kept, "a rule proved with I_conv should keep its stride 1"
+    # relu fusion at stride 2 holds; fusing with a stride-1 conv on one side only does not
+    fuse = next(r for r in general if len(r["src"]["ops"]) + len(r["dst"]["ops"]) == 3
+                and {op[0] for side in ("src", "dst") for op in r[side]["ops"]} == {"conv2d", "relu"})
+    _check(fuse, seed=3)
+    bad = dict(fuse, dst={"ops": [[n, {**a, "strides": [1, 1]} if "strides" in a else a, o, k]
+                                  for n, a, o, k in fuse["dst"]["ops"]], "outputs": fuse["dst"]["outputs"]})
+    with pytest.raises(AssertionError):
+        _check(bad, seed=3)
+    taso_summary(f"stride: {len(general)} proved rules hold for any stride; {len(checked_at_stride_2)} of them "
+                 f"type-check at stride 2 and agree there")

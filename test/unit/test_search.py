@@ -68,25 +68,36 @@ def test_conv_relu_fuses():
     assert fr["ops_before"] == 3 and fr["ops_after"] == 2
 
 
+@pytest.mark.parametrize("variant,stride,rule", [
+    ("bias", 1, "B"),  # the conv-bias family's relu fusion
+    ("stride", 2, "R"),  # the base family's, stated with a symbolic stride
+    ("bias", 2, "B"),
+])
+def test_biased_and_strided_conv_relu_fuses(variant, stride, rule):
+    out_hw = "7x7" if stride == 1 else "4x4"
+    w = _weight("w", "8x8x3x3") + ("\n  " + _weight("b", "8") if variant == "bias" else "")
+    conv = _conv("x", "w", stride=stride, bias="b" if variant == "bias" else None, shape_out=f"1x8x{out_hw}")
+    text = (f"func.func @f(%x: tensor<1x8x7x7xf32>) -> tensor<1x8x{out_hw}xf32> {{\n  {w}\n  {conv}\n"
+            f'  %r = "taso.relu"(%c) : (tensor<1x8x{out_hw}xf32>) -> tensor<1x8x{out_hw}xf32>\n'
+            f"  return %r : tensor<1x8x{out_hw}xf32>\n}}\n")
+    out, rep = run_search(text)
+    assert "taso.relu" not in out and 'activation = "relu"' in out
+    assert f"strides = array<i64: {stride}, {stride}>" in out
+    applied = rep["functions"][0]["applied"]
+    assert sum(applied.values()) == 1 and next(iter(applied)).startswith(rule), applied
+
+
 @pytest.mark.parametrize("variant,why", [
-    ("bias", "a convolution with a bias operand matches no rule (rules are stated for conv2d(x, w))"),
-    ("stride", "rules are generated at stride 1"),
+    ("stride", "rules with a symbolic stride are proved for strides 1 and 2 only; this one is 3"),
     ("used", "the unfused conv result is also returned, so fusing would need it anyway"),
 ])
 def test_conv_relu_does_not_fuse(variant, why):
-    if variant == "bias":
+    if variant == "stride":
         body = f"""{_weight("w", "8x8x3x3")}
-  {_weight("b", "8")}
-  {_conv("x", "w", bias="b")}
-  %r = "taso.relu"(%c) : (tensor<1x8x7x7xf32>) -> tensor<1x8x7x7xf32>
-  return %r : tensor<1x8x7x7xf32>"""
-        res = "tensor<1x8x7x7xf32>"
-    elif variant == "stride":
-        body = f"""{_weight("w", "8x8x3x3")}
-  {_conv("x", "w", stride=2, shape_out="1x8x4x4")}
-  %r = "taso.relu"(%c) : (tensor<1x8x4x4xf32>) -> tensor<1x8x4x4xf32>
-  return %r : tensor<1x8x4x4xf32>"""
-        res = "tensor<1x8x4x4xf32>"
+  {_conv("x", "w", stride=3, shape_out="1x8x3x3")}
+  %r = "taso.relu"(%c) : (tensor<1x8x3x3xf32>) -> tensor<1x8x3x3xf32>
+  return %r : tensor<1x8x3x3xf32>"""
+        res = "tensor<1x8x3x3xf32>"
     else:
         body = f"""{_weight("w", "8x8x3x3")}
   {_conv("x", "w")}
