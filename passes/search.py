@@ -54,7 +54,9 @@ class Stats:
     generated: int = 0  # children costed (sites that passed the local check, within the op limit)
     pruned: int = 0  # of those, not queued: cost >= alpha x best
     duplicates: int = 0  # children popped whose graph was popped before
-    rejected: Counter = field(default_factory=Counter)  # reason -> count
+    #: reason -> sites rejected (by the local check: once, when the site is found; by the rest of
+    #: the check: when the child is popped; by the op count: each time)
+    rejected: Counter = field(default_factory=Counter)
     timed_out: bool = False
     time_s: float = 0.0
 
@@ -138,20 +140,18 @@ def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats
         index = T.Index(g, eligible)
         parent_sites = sites_of.get(g.parent) if g.parent is not None else None
         if parent_sites is None:
-            sites = T.all_sites(rewrites, g, index)
+            sites = T.all_sites(rewrites, g, index, stats.rejected)
         else:
-            sites = T.child_sites(rewrites, table, radius, g, parent_sites, index)
+            sites = T.child_sites(rewrites, table, radius, g, parent_sites, index, stats.rejected)
         sites_of[g] = sites
         for st in sites:
-            ri, ops, _bkey, b, why, costs = st
+            ri, ops, _bkey, b, costs = st
             rw = rewrites[ri]
-            if why is None and g.num_ops - len(ops) + len(rw.dst.ops) > limit:
-                why = "op count over the limit"
-            if why is not None:
-                stats.rejected[why.split(":")[0]] += 1
+            if g.num_ops - len(ops) + len(rw.dst.ops) > limit:
+                stats.rejected["op count over the limit"] += 1
                 continue
             if costs == 0:
-                costs = st[5] = T.target_costs(rw, g, ops, b, builder)
+                costs = st[4] = T.target_costs(rw, g, ops, b, builder)
             if costs is None:  # the rewrite changes weight flags downstream: build it to know its cost
                 cost = T.rewrite(rw, g, ops, b, builder).cost
             else:
