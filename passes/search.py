@@ -6,7 +6,8 @@ most ``max_growth`` x the original's and its key is new, and queued if its cost 
 the best cost so far. Stop after ``budget`` pops (per window) or at the deadline, with the best
 graph so far.
 
-What makes it fast (the graphs popped are the same as doing the above literally):
+What makes it fast (the graphs popped are the same as doing the above literally, up to the last
+bits of a cost; the sites of one rewrite are visited in the order of their op ids):
 
 - a child is queued by its cost alone, computed without building it (``T.rewrite_cost``); the part
   of the site check that reads the rest of the graph, the rewritten graph and its key are computed
@@ -103,8 +104,10 @@ def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats
     was seen is dropped without counting against the budget. This pops the same graphs in the
     same order as checking, building and deduplicating every child when it is generated (the
     first instance of a graph has the lowest seq; a child costing alpha x best or more is never
-    queued either way, as best only falls), but builds only the graphs it pops. A child that
-    would be a new best is checked when it is generated.
+    queued either way, as best only falls), but builds only the graphs it pops; the one
+    difference: a graph reached along two paths may get costs that differ in the last bits, and
+    then the cheaper instance is popped first. A child that would be a new best is checked when
+    it is generated.
 
     A popped graph's sites are its parent's, updated for the one rewrite between them
     (``T.child_sites``); the window's first graph is matched in full."""
