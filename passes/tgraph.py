@@ -651,11 +651,12 @@ def apply(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> TG
     return rewrite(rw, g, ops, b, builder).graph()
 
 
-def _targets(rw: RB.Rewrite, g: TGraph, b: dict, changes: dict, nodes, builder: Builder, dtype: str) -> dict:
+def _targets(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, changes: dict, nodes, builder: Builder,
+             dtype: str) -> dict:
     """Build the target ops (new ids from g.next_id into ``changes``; ``nodes``: the mapping the
     builder reads). Returns rule reference -> value (the variables' and the new ops' results)."""
     gn = g.nodes
-    shapes = {v: tuple(gn[val[0]].shapes[val[1]]) for v, val in b.items()}
+    shapes = {v: tuple(gn[val[0]].shapes[val[1]]) for v, val in b.items()} | RB.site_env(rw, GraphView(g), ops)
     ref_val: dict = dict(b)
     nid = g.next_id
     dkey = (rw.id, tuple(sorted(shapes.items())))
@@ -676,16 +677,17 @@ def target_costs(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder
     rewrite changes whether a replaced value is computed from weights only (then the users' costs
     change too, and only ``rewrite`` knows them). Memoized by the rewrite, the variables' shapes
     and weight flags (``b`` in variable order), the element type and the matched ops' weight flags:
-    for a site of a graph it holds in every graph the site is inherited by."""
+    for a site of a graph it holds in every graph the site is inherited by. The key includes the
+    site's stride where the rule's is symbolic."""
     gn = g.nodes
     dtype = gn[ops[-1]].dtype
     key = (rw.id, tuple((gn[x[0]].shapes[x[1]], gn[x[0]].weight) for x in b.values()), dtype,
-           tuple(gn[o].weight for o in ops))
+           tuple(gn[o].weight for o in ops), tuple(RB.site_env(rw, GraphView(g), ops).items()))
     hit = builder.target_costs.get(key, 0)
     if hit == 0:
         changes: dict = {}
         nodes = ChainMap(changes, gn)
-        ref_val = _targets(rw, g, b, changes, nodes, builder, dtype)
+        ref_val = _targets(rw, g, ops, b, changes, nodes, builder, dtype)
         same = all(nodes[ref_val[rd][0]].weight == gn[ops[G.parse_ref(rs)[0]]].weight
                    for rs, rd in zip(rw.src.outputs, rw.dst.outputs))
         hit = builder.target_costs[key] = tuple(n.cost for n in changes.values()) if same else None
@@ -710,7 +712,7 @@ def rewrite(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> 
     changes: dict = {}
     nodes = ChainMap(changes, gn)  # the child's nodes as far as the builder reads them
     key, cost = g.key, g.cost
-    ref_val = _targets(rw, g, b, changes, nodes, builder, gn[ops[-1]].dtype)
+    ref_val = _targets(rw, g, ops, b, changes, nodes, builder, gn[ops[-1]].dtype)
     made = list(changes)
     for n in changes.values():
         key = (key + n.contrib) & MASK
