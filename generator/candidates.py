@@ -67,6 +67,67 @@ class Candidate:
     fingerprint: int
 
 
+def random_shapes(inputs: dict, rng: np.random.Generator, pool=None) -> dict:
+    """Input shapes with every dimension drawn independently (``inputs``: var -> (generator shape, kind)):
+    sizes 1-6 (spatial 1-8, batch 1-3); a 4-D kernel keeps its size or becomes 1 or 3, a depthwise
+    kernel's input-channel dim is 1 or 2. Unlike ``SHAPE_VARIANTS``, dims that were equal in the generator
+    need not stay equal, which is what exposes a rule whose proof leaned on an ill-typed term (Z3 knows
+    no shapes): e.g. kernel and bias pieces of a merged convolution concatenated with different sizes.
+    ``pool``: draw those sizes from these few values instead (so that sums and equalities among
+    independent dims, which type-checking needs, come up often)."""
+    out = {}
+    for v, (shape, kind) in inputs.items():
+        dims = []
+        for ax, d in enumerate(shape):
+            if len(shape) == 4 and kind == "weight" and ax >= 2:
+                dims.append(int(rng.choice([d, 1, 3])))
+            elif len(shape) == 4 and kind == "weight" and ax == 1 and d == 1:
+                dims.append(int(rng.choice([1, 1, 2])))
+            elif len(shape) == 4 and kind != "weight" and ax >= 2:
+                dims.append(int(rng.integers(1, 9)))
+            elif len(shape) == 4 and kind != "weight" and ax == 0:
+                dims.append(int(rng.integers(1, 4)))
+            else:
+                dims.append(int(rng.choice(pool)) if pool is not None else int(rng.integers(1, 7)))
+        out[v] = tuple(dims)
+    return out
+
+
+def shape_fuzz(a: G.Graph, b: G.Graph, inputs: dict, rng: np.random.Generator, tries: int = 600,
+               samples: int = 40) -> tuple[int, dict | None]:
+    """Compare the two sides in float64 at independently drawn shapes (``random_shapes``) where both
+    type-check with equal output shapes (the rule's preconditions), at stride 1 and, for a rule with a
+    symbolic stride, at stride 2; stop after ``samples`` such shapes per stride or ``tries`` draws.
+    Returns (shapes compared, the first shapes where the sides disagree, or None)."""
+    symbolic = any(op.attr("strides") == "s" for op in a.ops + b.ops)
+    compared = 0
+    for stride in ([(1, 1), (2, 2)] if symbolic else [None]):
+        env = {} if stride is None else {G.STRIDE_VAR: stride}
+        seen, n = set(), 0
+        for t in range(tries):
+            pool = None if t % 2 else rng.choice(np.arange(1, 7), size=3, replace=False)
+            shapes = random_shapes(inputs, rng, pool)
+            key = tuple(sorted(shapes.items()))
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                sa, sb = G.infer(a, {**shapes, **env}), G.infer(b, {**shapes, **env})
+            except specs.SpecError:
+                continue
+            if [sa[o] for o in a.outputs] != [sb[o] for o in b.outputs]:
+                continue
+            vals = random_inputs(inputs, shapes, rng)
+            n += 1
+            for x, y in zip(G.evaluate(a, vals, strides=stride), G.evaluate(b, vals, strides=stride)):
+                if not np.allclose(x, y, rtol=1e-7, atol=1e-9):
+                    return compared + n, {**shapes, **({"strides": stride} if stride else {})}
+            if n >= samples:
+                break
+        compared += n
+    return compared, None
+
+
 def _term_strings(g: G.Graph) -> list[str]:
     """Canonical term strings of the outputs (commutative operands sorted)."""
     memo: dict[str, str] = {}

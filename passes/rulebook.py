@@ -65,6 +65,15 @@ class Rewrite:
     def text(self) -> str:
         return f"{self.src.text()}  =>  {self.dst.text()}"
 
+    @property
+    def memo_key(self) -> tuple:
+        """What a memo of this rewrite's answers is keyed by: its id and its content (two rules files
+        may give one id to different rules, and memos outlive a run)."""
+        key = self.__dict__.get("_memo_key")
+        if key is None:
+            key = self.__dict__["_memo_key"] = (self.id, self.text)
+        return key
+
 
 def _make(rid: str, direction: str, record: dict, src: G.Graph, dst: G.Graph) -> Rewrite:
     ranks = {v: len(shape) for v, (shape, _kind) in record["inputs"].items()}

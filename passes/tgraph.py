@@ -423,7 +423,7 @@ def check_local(rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> Optional[str]:
     """The part of the site check that reads only the site's ops and values (memoized by their
     attributes, shapes and types): it holds for a site as long as its ops are unchanged."""
     nodes = g.nodes
-    key = (rw.id, tuple((v, nodes[x[0]].shapes[x[1]], nodes[x[0]].dtype) for v, x in b.items()),
+    key = (rw.memo_key, tuple((v, nodes[x[0]].shapes[x[1]], nodes[x[0]].dtype) for v, x in b.items()),
            tuple((nodes[o].attrs, nodes[o].shapes) for o in ops))
     why = _LOCAL.get(key, 0)
     if why == 0:
@@ -659,7 +659,7 @@ def _targets(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, changes: dict, nodes
     shapes = {v: tuple(gn[val[0]].shapes[val[1]]) for v, val in b.items()} | RB.site_env(rw, GraphView(g), ops)
     ref_val: dict = dict(b)
     nid = g.next_id
-    dkey = (rw.id, tuple(sorted(shapes.items())))
+    dkey = (rw.memo_key, tuple(sorted(shapes.items())))
     targets = _TARGETS.get(dkey)
     if targets is None:
         targets = _TARGETS[dkey] = [(_attrs_tuple(a), tuple(o)) for a, o in RB.dst_op_attrs(rw, shapes)]
