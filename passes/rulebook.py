@@ -24,7 +24,8 @@ The check is what makes an application sound; it is every precondition the rules
 3. elementwise operands have equal shapes (no broadcasting), the element type is a float type;
 4. an input variable has the rank it had in the generator, unless every op of the rule is
    rank-polymorphic (elementwise), since axes (concat, split, transpose, matmul) are absolute;
-5. every result of a matched op that is used outside the match is a mapped output;
+5. every result of a matched op that is used outside the match is a mapped output, and no variable is
+   bound to a result of a matched op;
 6. the target type-checks at the site's shapes and gives the source outputs' shapes.
 """
 
@@ -227,7 +228,7 @@ def _unify(rw: Rewrite, view: View, ops: list, combo) -> Optional[dict]:
 def check_site(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
     """None if ``rw`` applies at the site (source op k is ``ops[k]``, variable v is ``b[v]``), else
     why not (a short reason, for reports and tests)."""
-    return check_local(rw, view, ops, b) or check_uses(rw, view, ops)
+    return check_local(rw, view, ops, b) or check_uses(rw, view, ops, b)
 
 
 #: the strides at which a rule stated with a symbolic stride applies: those at which every stride
@@ -276,8 +277,15 @@ def check_local(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
     return check_target(rw, shapes, src_shapes)
 
 
-def check_uses(rw: Rewrite, view: View, ops: list) -> Optional[str]:
-    """Precondition 5: every result of a matched op used outside the match is a mapped output."""
+def check_uses(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
+    """Precondition 5: every result of a matched op used outside the match is a mapped output; and no
+    variable is bound to a result of a matched op (the rewrite removes those ops, and the target would
+    read the variable: in ``%0 = const_pool(); %1 = conv2d(x, w); %2 = conv2d(%1, %0)`` the kernel
+    ``w`` must not be ``%0`` itself)."""
+    for v, val in b.items():
+        p = view.producer(val)
+        if p is not None and any(view.same_op(p[0], o) for o in ops):
+            return f"{v} is bound to a result of a matched op"
     for k, rop in enumerate(rw.src.ops):
         for j in range(rop.num_results):
             r = G.op_ref(k, j, rop.num_results)

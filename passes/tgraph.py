@@ -434,7 +434,7 @@ def check_local(rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> Optional[str]:
 def check_global(rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> Optional[str]:
     """The part that reads the rest of the graph: the uses of the matched ops' results, and for a
     multi-output rewrite, that it creates no cycle."""
-    why = RB.check_uses(rw, GraphView(g), ops)
+    why = RB.check_uses(rw, GraphView(g), ops, b)
     if why is None and len(rw.src.outputs) > 1 and _creates_cycle(g, ops, b):
         why = "the rewrite would create a cycle"
     return why
