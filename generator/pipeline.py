@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from . import candidates as C
+from . import graph as G
 from . import library
 from .enumerate import Config, Enumerator
 
@@ -72,8 +73,10 @@ def base_op_count(cfg: Config) -> int:
     return len(Enumerator(cfg).base_ops)
 
 
-def generate(cfg: Config, jobs: int = 1, progress=None, log=print) -> tuple[dict, list[dict]]:
-    """Run the generator; returns the library header and the rule records (proof: unverified)."""
+def generate(cfg: Config, jobs: int = 1, progress=None, log=print, derive_from=None) -> tuple[dict, list[dict]]:
+    """Run the generator; returns the library header and the rule records (proof: unverified).
+    ``derive_from``: rules files (comma-separated) whose proved rules make a candidate redundant where
+    they derive it (``derive.Deriver``: one rewrite from each side meets); such candidates are dropped."""
     times = {}
     t0 = time.perf_counter()
     members, n_graphs = enumerate_parallel(cfg, jobs, progress)
@@ -101,6 +104,17 @@ def generate(cfg: Config, jobs: int = 1, progress=None, log=print) -> tuple[dict
             "proof": {"status": "unverified", "time_s": 0.0, "axioms": [], "reason": ""},
         })
     counts["usable"] = len(records)
+    if derive_from:
+        t3 = time.perf_counter()
+        from .derive import Deriver
+        deriver = Deriver(derive_from)
+        records = [r for r in records if not deriver.derivable(
+            G.Graph.from_json(r["src"]), G.Graph.from_json(r["dst"]),
+            {v: tuple(shape) for v, (shape, _kind) in r["inputs"].items()})]
+        counts["after_derivability"] = len(records)
+        times["derivability"] = time.perf_counter() - t3
+        log(f"  {len(records)} not derivable from the proved rules of {derive_from} "
+            f"({deriver.failed} could not be checked and are kept)")
     records.sort(key=lambda r: (r["ops"][0] + r["ops"][1], r["text"]))
     for i, r in enumerate(records):
         r["id"] = f"{cfg.id_prefix}{i + 1:04d}"

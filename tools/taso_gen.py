@@ -25,7 +25,8 @@ STAGES = [
     ("after_transitivity", "after transitivity pruning"),
     ("after_renaming", "after input-renaming pruning"),
     ("after_float_test", "after the floating-point test"),
-    ("usable", "usable rules written"),
+    ("usable", "usable rules"),
+    ("after_derivability", "not derivable from smaller proved rules"),
 ]
 
 
@@ -56,6 +57,9 @@ def _main(argv) -> int:
     ap.add_argument("-o", "--output", required=True, help="rules file to write (JSON Lines)")
     ap.add_argument("--seed", type=int, default=None, help="random seed for the fingerprint inputs")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--derive-from", metavar="RULES", default=None,
+                    help="drop candidates that the proved rules of these rules files (comma-separated; 'shipped': "
+                         "the packaged libraries) derive, one rewrite from each side (e.g. N = 4 from N = 3)")
     args = ap.parse_args(argv)
     family = FAMILIES[args.family]
     if args.max_ops is None:
@@ -77,7 +81,11 @@ def _main(argv) -> int:
         bar = tqdm(total=total, desc=f"enumerating (N={args.max_ops}, {args.jobs} jobs)", unit="root op",
                    file=sys.stderr)
     log = (bar.write if bar else lambda m: print(m, file=sys.stderr))
-    header, records = pipeline.generate(cfg, jobs=args.jobs, progress=bar.update if bar else None, log=log)
+    derive_from = args.derive_from
+    if derive_from == "shipped":
+        derive_from = ",".join(str(p) for p in library.shipped_paths())
+    header, records = pipeline.generate(cfg, jobs=args.jobs, progress=bar.update if bar else None, log=log,
+                                        derive_from=derive_from)
     if bar:
         bar.close()
     library.write(args.output, header, records)

@@ -218,3 +218,18 @@ def test_weight_only_ops_do_not_count_towards_max_ops():
     assert found, "no biased merge with a split"
     assert all(r["id"].startswith("B") for r in found)
     assert not merges(dataclasses.replace(cfg, max_weight_ops=0))
+
+
+def test_derivability_drops_what_the_shipped_rules_give():
+    """N = 2 regenerated with the shipped (N = 3) library as the rules to derive from: every candidate
+    that is a shipped proved rule (or follows from one rewrite on each side) is dropped; what is kept is
+    no shipped proved rule."""
+    shipped = ",".join(str(p) for p in library.shipped_paths())
+    header, kept = pipeline.generate(Config(max_ops=2), jobs=1, derive_from=shipped, **QUIET)
+    c = header["counts"]
+    assert c["after_derivability"] == len(kept) < c["usable"] // 2
+    proved = {tuple(r["text"]) for p in library.shipped_paths() for r in library.read(p)[1]
+              if r["proof"]["status"] == "proved"}
+    assert not proved & _texts(kept)
+    _h, everything = pipeline.generate(Config(max_ops=2), jobs=1, **QUIET)
+    assert proved & _texts(everything), "the N = 2 candidates include shipped rules (the test's premise)"
