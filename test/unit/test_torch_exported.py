@@ -1,4 +1,4 @@
-"""Real exported models round-trip with equal outputs.
+"""Real exported models round-trip with equal outputs, and come out of ``taso-search`` with equal outputs.
 
 CNNs (ResNet-18/50, MobileNetV2, ResNeXt) and transformer encoders (BERT, ``torch.nn.TransformerEncoder``)
 defined in ``benchmarks/torch_models.py`` are exported by PyTorch's ONNX exporter at opset 17 with random
@@ -15,6 +15,7 @@ onnxscript (skipped without it). BERT-base (~440 MB) and the ~600 MB encoder run
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import onnx
@@ -98,6 +99,31 @@ def test_exported_model_round_trips(workdir, name, exporter, taso_summary):
         if stats["weight_mb"] <= BUDGET_WEIGHTS_MB:
             assert rt.wall_s < BUDGET_S, f"round trip took {rt.wall_s:.1f} s"
             assert rt.peak_rss_mb < BUDGET_MB, f"round trip peak RSS {rt.peak_rss_mb:.0f} MB"
+    finally:
+        _cleanup(src, dst)
+
+
+@pytest.mark.parametrize("name", [n for n, info in tm.MODELS.items() if not info.big])
+def test_exported_model_taso_search(workdir, name, taso_summary):
+    """``taso-opt in.onnx --taso-search -o out.onnx`` on each exported model (TorchScript exporter): no
+    crash, taso-opt's own onnxruntime check passes, the outputs agree here too, and the ResNets (batch norms
+    folded by the exporter into biased convolutions) cost less: their relus fuse into the convolutions
+    (which the ONNX export writes back as Conv + Relu, ONNX's Conv having no activation)."""
+    src = _export(workdir, name, "torchscript")
+    dst = str(workdir / f"{name}.search.onnx")
+    try:
+        rt = tm.roundtrip(src, dst, "--taso-search", "--taso-report")
+        assert rt.rc == 0, rt.stderr
+        assert "onnxruntime: ok" in rt.stderr, rt.stderr
+        max_abs, scale = tm.compare_outputs(src, dst, tm.feeds_for(name))
+        assert max_abs <= TOL * scale, f"max |diff| {max_abs} > {TOL} x {scale}"
+        m = re.search(r"cost ([0-9.]+) -> ([0-9.]+) ms", rt.stderr)
+        assert m, rt.stderr
+        before, after = float(m.group(1)), float(m.group(2))
+        assert after <= before
+        if name.startswith("res"):  # biased relu fusion (the exported Conv + Relu pairs) fires
+            assert after < before, rt.stderr
+        taso_summary(f"{name} taso-search: cost {before} -> {after} ms (analytic T4), max |diff| {max_abs:.3g}")
     finally:
         _cleanup(src, dst)
 
