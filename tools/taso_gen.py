@@ -72,6 +72,15 @@ def _main(argv) -> int:
     if not os.path.isdir(out_dir):
         raise TasoError(f"{args.output}: the folder does not exist")
     from ..generator import library, pipeline
+    derive_from = args.derive_from
+    if derive_from == "shipped":
+        derive_from = ",".join(str(p) for p in library.shipped_paths())
+    for path in (derive_from or "").split(","):
+        if path:
+            try:  # before the enumeration: a bad path is a one-line error now, not after minutes
+                library.read(path)
+            except library.LibraryError as e:
+                raise TasoError(str(e)) from None
     cfg = dataclasses.replace(family, max_ops=args.max_ops,
                               **({} if args.seed is None else {"seed": args.seed}))
     total = pipeline.base_op_count(cfg)
@@ -81,9 +90,6 @@ def _main(argv) -> int:
         bar = tqdm(total=total, desc=f"enumerating (N={args.max_ops}, {args.jobs} jobs)", unit="root op",
                    file=sys.stderr)
     log = (bar.write if bar else lambda m: print(m, file=sys.stderr))
-    derive_from = args.derive_from
-    if derive_from == "shipped":
-        derive_from = ",".join(str(p) for p in library.shipped_paths())
     header, records = pipeline.generate(cfg, jobs=args.jobs, progress=bar.update if bar else None, log=log,
                                         derive_from=derive_from)
     if bar:

@@ -168,6 +168,7 @@ def test_cli_generate_and_verify(tmp_path):
 @pytest.mark.parametrize("args,msg", [
     (["--max-ops", "0", "-o", "x.jsonl"], "--max-ops"),
     (["--max-ops", "2", "-o", "/nonexistent-dir/x.jsonl"], "does not exist"),
+    (["--max-ops", "2", "-o", "x.jsonl", "--derive-from", "/nonexistent.jsonl"], "cannot read the rules file"),
 ])
 def test_cli_gen_errors(args, msg):
     r = subprocess.run([sys.executable, "-m", "taso_mlir.tools.taso_gen", "--no-progress", *args],
