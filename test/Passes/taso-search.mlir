@@ -92,3 +92,31 @@ func.func @double_transpose(%x: tensor<4x6xf32>) -> tensor<4x6xf32> {
   %b = "taso.transpose"(%a) {perm = array<i64: 1, 0>} : (tensor<6x4xf32>) -> tensor<4x6xf32>
   return %b : tensor<4x6xf32>
 }
+
+// -----
+
+// A fire module (SqueezeNet): two biased convolutions of one input, a 1x1 and a 3x3, each with relu,
+// concatenated on channels. The conv-bias family fuses each relu (B14) and merges the two into one
+// convolution whose kernel is concat(enlarge(1x1), 3x3) and whose bias is the concat of the biases
+// (B24 with B44): the concat disappears; the weight ops are folded into new weights.
+// CHECK-LABEL: func.func @fire_merge
+// CHECK-DAG: %[[W:.*]] = "taso.weight"() {name = "taso_folded_{{[0-9]+}}"{{.*}}tensor<16x8x3x3xf32>
+// CHECK-DAG: %[[B:.*]] = "taso.weight"() {name = "taso_folded_{{[0-9]+}}"{{.*}}tensor<16xf32>
+// CHECK: %[[C:.*]] = "taso.conv2d"(%arg0, %[[W]], %[[B]]) {activation = "relu"
+// CHECK-NOT: taso.concat
+// CHECK-NOT: taso.relu
+// CHECK: return %[[C]]
+// REPORT: @fire_merge: {{.*}} 3 rewrites applied
+// REPORT: rules applied: B{{[0-9]+}}b x2, B{{[0-9]+}}f x1
+func.func @fire_merge(%x: tensor<1x8x7x7xf32>) -> tensor<1x16x7x7xf32> {
+  %w1 = "taso.weight"() {name = "w1", value = dense<0.5> : tensor<8x8x1x1xf32>} : () -> tensor<8x8x1x1xf32>
+  %b1 = "taso.weight"() {name = "b1", value = dense<0.1> : tensor<8xf32>} : () -> tensor<8xf32>
+  %w3 = "taso.weight"() {name = "w3", value = dense<0.25> : tensor<8x8x3x3xf32>} : () -> tensor<8x8x3x3xf32>
+  %b3 = "taso.weight"() {name = "b3", value = dense<0.2> : tensor<8xf32>} : () -> tensor<8xf32>
+  %c1 = "taso.conv2d"(%x, %w1, %b1) {activation = "none", dilations = array<i64: 1, 1>, group = 1 : i64, pads = array<i64: 0, 0, 0, 0>, strides = array<i64: 1, 1>, operandSegmentSizes = array<i32: 1, 1, 1>} : (tensor<1x8x7x7xf32>, tensor<8x8x1x1xf32>, tensor<8xf32>) -> tensor<1x8x7x7xf32>
+  %r1 = "taso.relu"(%c1) : (tensor<1x8x7x7xf32>) -> tensor<1x8x7x7xf32>
+  %c3 = "taso.conv2d"(%x, %w3, %b3) {activation = "none", dilations = array<i64: 1, 1>, group = 1 : i64, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>, operandSegmentSizes = array<i32: 1, 1, 1>} : (tensor<1x8x7x7xf32>, tensor<8x8x3x3xf32>, tensor<8xf32>) -> tensor<1x8x7x7xf32>
+  %r3 = "taso.relu"(%c3) : (tensor<1x8x7x7xf32>) -> tensor<1x8x7x7xf32>
+  %cat = "taso.concat"(%r1, %r3) {axis = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<1x8x7x7xf32>, tensor<1x8x7x7xf32>) -> tensor<1x16x7x7xf32>
+  return %cat : tensor<1x16x7x7xf32>
+}
