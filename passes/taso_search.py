@@ -128,7 +128,8 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "fold_batchnorm_s": round(fold_s, 3),
         "applied": dict(Counter(h[0] for h in best.history).most_common()),
         "rewrites_applied": len(best.history),
-        "graphs_popped": stats.popped, "graphs_generated": stats.generated, "duplicates": stats.duplicates,
+        "graphs_popped": stats.popped, "graphs_generated": stats.generated, "graphs_pruned": stats.pruned,
+        "duplicates": stats.duplicates,
         "windows": stats.windows, "windows_skipped": stats.windows_skipped, "timed_out": stats.timed_out,
         "rejected_sites": dict(stats.rejected.most_common(8)),
         "weights_folded": folded,
@@ -203,7 +204,7 @@ def format_report(rep: dict) -> str:
         L.append(f"  @{fr['function']}: cost {before:.4g} -> {after:.4g} ms ({red:.1f}% less), ops "
                  f"{fr['ops_before']} -> {fr['ops_after']}, {fr['rewrites_applied']} rewrites applied, "
                  f"{fr['graphs_popped']} graphs explored ({fr['graphs_generated']} generated, "
-                 f"{fr['duplicates']} duplicates) in {fr['windows']} window(s), search {fr['search_s']} s, "
+                 f"{fr['graphs_pruned']} not queued (cost >= alpha x best), {fr['duplicates']} duplicates) in {fr['windows']} window(s), search {fr['search_s']} s, "
                  f"PDL replay and folding {fr['replay_s']} s, {fr['weights_folded']} weight ops folded"
                  + (", TIMED OUT (best so far kept)" if fr["timed_out"] else ""))
         L.append(f"    batchnorm folding (before the search, included above): {fr['batchnorms_folded']} batchnorms "
