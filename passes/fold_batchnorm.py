@@ -107,7 +107,10 @@ def fold_function(f: ir.Operation) -> int:
         if not np.all(var.astype(np.float64) + eps > 0):
             continue
         w2, b2 = folded_params(w, b, scale, bias, mean, var, eps)
-        if not (np.all(np.isfinite(w2)) and np.all(np.isfinite(b2))):
+        # finite as stored: a value that overflows the element type (f16) when rounded leaves the site alone
+        with np.errstate(over="ignore"):
+            stored = (w2.astype(w.dtype), b2.astype(w.dtype))
+        if not all(np.all(np.isfinite(a)) for a in stored):
             continue
         w_op, bias_op = ws[0], ws[3]
         with ir.InsertionPoint(bn):

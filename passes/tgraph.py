@@ -549,7 +549,7 @@ def child_sites(rewrites: list, table: AnchorTable, radius: int, g: TGraph, pare
     ``radius``: the most ops of a rewrite's source, less one."""
     changed = g.changes.keys()
     keep = [s for s in parent_sites if changed.isdisjoint(s[1])]
-    nodes, eligible = g.nodes, index.eligible
+    eligible = index.eligible
     fresh = sorted(nid for nid, n in g.changes.items() if n is not None and n.is_taso and eligible(nid))
     if not fresh:
         return keep

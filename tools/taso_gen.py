@@ -75,12 +75,14 @@ def _main(argv) -> int:
     derive_from = args.derive_from
     if derive_from == "shipped":
         derive_from = ",".join(str(p) for p in library.shipped_paths())
-    for path in (derive_from or "").split(","):
-        if path:
-            try:  # before the enumeration: a bad path is a one-line error now, not after minutes
-                library.read(path)
-            except library.LibraryError as e:
-                raise TasoError(str(e)) from None
+    if derive_from:
+        from ..passes import rulebook
+        try:  # before the enumeration: a bad file is a one-line error now, not after minutes
+            rulebook.load(derive_from)
+        except library.LibraryError as e:
+            raise TasoError(str(e)) from None
+        except (KeyError, TypeError, ValueError) as e:
+            raise TasoError(f"{derive_from}: not a usable rules file ({type(e).__name__}: {e})") from None
     cfg = dataclasses.replace(family, max_ops=args.max_ops,
                               **({} if args.seed is None else {"seed": args.seed}))
     total = pipeline.base_op_count(cfg)

@@ -119,6 +119,7 @@ def _main(argv) -> int:
         n_fuzzed += n
         if bad is not None:
             n_refuted += 1
+            n_general -= bool(results[i].get("generalized"))
             status["proved"] -= 1
             status["refuted"] += 1
             results[i] = {"status": "refuted", "time_s": results[i]["time_s"], "axioms": [],

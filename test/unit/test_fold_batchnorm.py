@@ -50,7 +50,7 @@ def _module(x_shape, params: dict, conv_attrs: dict, eps: float, et: str, act: s
     w = params["w"]
     out = specs.infer_shapes("conv2d", [x_shape, w.shape] + ([params["b"].shape] if "b" in params else []),
                              conv_attrs)[0]
-    lines, names = [], []
+    lines = []
     for k in ("w", "b", "scale", "bias", "mean", "var"):
         if k in params and not (bn_from_arg and k == "mean"):
             lines.append(f'%{k} = "taso.weight"() {{name = "{k}", value = {_attr(params[k], et)}}} : () -> '
@@ -170,15 +170,21 @@ def test_params_are_computed_in_float64_and_rounded_once():
     ("extra_use", "the conv result is also returned: it would be computed anyway"),
     ("param_arg", "the mean is a function argument, not a constant"),
     ("zero_var", "var + eps = 0 in a channel: the batchnorm divides by zero there"),
+    ("f16_overflow", "the folded kernel overflows f16 (100 x 1000 / sqrt(1e-4) = 1e7): it would be inf"),
 ])
 def test_not_folded(variant, why):
     rng = np.random.default_rng(3)
     p = _params(rng, 4, 4, 1, (3, 3), False)
+    et = "f32"
     if variant == "zero_var":
         p["var"][1] = -1.0
+    if variant == "f16_overflow":
+        et = "f16"
+        p = {k: v.astype(np.float16) for k, v in p.items()}
+        p["w"][0, 0, 0, 0], p["scale"][0], p["var"][0] = 100.0, 1000.0, 1e-4
     with make_context():
         text = _module((1, 4, 6, 6), p, dict(strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), group=1),
-                       1.0 if variant == "zero_var" else 1e-5, "f32", act="relu" if variant == "relu" else "none",
+                       1.0 if variant == "zero_var" else 1e-5, et, act="relu" if variant == "relu" else "none",
                        extra_use=variant == "extra_use", bn_from_arg=variant == "param_arg")
     out = _run(text)
     assert out.count("taso.batchnorm") == 1 and out.count("taso.conv2d") == 1, why
