@@ -334,7 +334,7 @@ def _plan(rw: RB.Rewrite, anchor: int) -> tuple:
 def matches(rw: RB.Rewrite, g: TGraph, index: Index, anchor: Optional[tuple] = None):
     """Yield (ops, binding) for every structural match of rw's source in g's eligible nodes; with
     ``anchor`` = (source op position k, node ids), only the matches whose op k is one of those
-    (eligible) nodes. The site check is separate (``check``)."""
+    (eligible) nodes. The site check is separate (``check_local``, ``check_global``)."""
     src = rw.src.ops
     if anchor is None:
         # anchor at the source op whose kind is rarest in the window
@@ -412,11 +412,6 @@ def matches(rw: RB.Rewrite, g: TGraph, index: Index, anchor: Optional[tuple] = N
 
 
 _LOCAL: dict = {}
-
-
-def check(rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> Optional[str]:
-    """None if rw applies at the site, else why not: ``check_local``, then ``check_global``."""
-    return check_local(rw, g, ops, b) or check_global(rw, g, ops, b)
 
 
 def check_local(rw: RB.Rewrite, g: TGraph, ops: list, b: dict) -> Optional[str]:
@@ -707,7 +702,7 @@ def rewrite_cost(g: TGraph, ops: list, costs: tuple) -> float:
 
 
 def rewrite(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> Child:
-    """The rewrite of g at a site that passed ``check``, as a ``Child``."""
+    """The rewrite of g at a site that passed ``check_local`` and ``check_global``, as a ``Child``."""
     gn = g.nodes
     changes: dict = {}
     nodes = ChainMap(changes, gn)  # the child's nodes as far as the builder reads them
