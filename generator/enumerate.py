@@ -282,7 +282,13 @@ class Enumerator:
                     out.append(make(("smul", (), (a, s))))
             for ax in ta.splits:
                 out.append(make(("split", (("axis", ax),), (a,))))
-        new_bias = self._biases and any(len(T[c].shape) == 1 and T[c].weight for c in new)
+        # bias operands by length (a 1-D weight, one value per output channel): [()] without biases
+        biases_of: dict = {}
+        if self._biases:
+            for c in avail:
+                if len(T[c].shape) == 1 and T[c].weight:
+                    biases_of.setdefault(T[c].shape[0], []).append((c,))
+        new_bias = any(c in new for group in biases_of.values() for (c,) in group)
         for a in avail:
             ta = T[a]
             for b in avail:
@@ -304,10 +310,7 @@ class Enumerator:
                 if ra == 4 and len(tb.shape) == 4 and not ta.weight and tb.weight and ta.shape[1] % tb.shape[1] == 0 \
                         and not (self.cfg.conv_on_inputs and ta.producer >= 0):
                     g = ta.shape[1] // tb.shape[1]
-                    # a bias operand: a 1-D weight with one value per output channel
-                    biases = [(c,) for c in avail if len(T[c].shape) == 1 and T[c].weight
-                              and T[c].shape[0] == tb.shape[0]] if self._biases else [()]
-                    for bias in biases:
+                    for bias in biases_of.get(tb.shape[0], []) if self._biases else [()]:
                         if a not in new and b not in new and not (bias and bias[0] in new):
                             continue
                         for act in ("none", "relu"):
@@ -327,7 +330,6 @@ class Enumerator:
         self.fps = array("Q")
         self.graph_ops = array("i")
         n = self.cfg.max_ops
-        self._wleft0 = self.cfg.max_weight_ops
         input_hashes = self.input_hashes = {self.tensors[t].hash for t in self.input_ids}
         for t in self.input_ids:  # 0-op graphs: an input is its own output
             if part == 0:
@@ -336,7 +338,7 @@ class Enumerator:
         for i, o in enumerate(base):
             if i % parts != part:
                 continue
-            self._visit([], set(self.input_ids), input_hashes, frozenset(), base, i, n, wleft=self._wleft0)
+            self._visit([], set(self.input_ids), input_hashes, frozenset(), base, i, n, wleft=self.cfg.max_weight_ops)
             if progress:
                 progress(1)
         return self.fps, self.graph_ops
