@@ -99,9 +99,8 @@ def shape_fuzz(a: G.Graph, b: G.Graph, inputs: dict, rng: np.random.Generator, t
     type-check with equal output shapes (the rule's preconditions), at stride 1 and, for a rule with a
     symbolic stride, at stride 2; stop after ``samples`` such shapes per stride or ``tries`` draws.
     Returns (shapes compared, the first shapes where the sides disagree, or None)."""
-    symbolic = any(op.attr("strides") == "s" for op in a.ops + b.ops)
     compared = 0
-    for stride in ([(1, 1), (2, 2)] if symbolic else [None]):
+    for stride in ([(1, 1), (2, 2)] if G.has_symbolic_stride(a, b) else [None]):
         env = {} if stride is None else {G.STRIDE_VAR: stride}
         seen, n = set(), 0
         for t in range(tries):

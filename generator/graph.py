@@ -139,6 +139,11 @@ def _resolve_dim(d, shapes: Mapping[Ref, tuple]) -> int:
     return int(d)
 
 
+def has_symbolic_stride(*graphs: Graph) -> bool:
+    """Some window op of the graphs is stated with the rule's symbolic stride (``strides = "s"``)."""
+    return any(op.attr("strides") == "s" for g in graphs for op in g.ops)
+
+
 def spec_attrs(op: Op, shapes: Mapping[Ref, tuple]) -> tuple[dict, list | None]:
     """The op's attributes for ``dialect.specs`` (symbolic dims resolved) and a result-shape hint."""
     a = dict(op.attrs)

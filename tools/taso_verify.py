@@ -93,15 +93,12 @@ def _main(argv) -> int:
     general = prove_many([(generalize_strides(pairs[i][0]), generalize_strides(pairs[i][1])) for i in todo],
                          timeout_s=args.timeout, jobs=args.jobs, progress=lambda res: bar.update(1))
     bar.close()
-    n_general = 0
     for i, (a, b) in enumerate(pairs):  # (a file whose rules are stated with a symbolic stride already)
-        if results[i]["status"] == "proved" and any(op.attr("strides") == "s" for op in a.ops + b.ops):
+        if results[i]["status"] == "proved" and G.has_symbolic_stride(a, b):
             results[i] = dict(results[i], generalized=["strides"])
-            n_general += 1
     for i, res in zip(todo, general):
         if res["status"] != "proved":
             continue
-        n_general += 1
         a, b = generalize_strides(pairs[i][0]), generalize_strides(pairs[i][1])
         records[i].update(src=a.to_json(), dst=b.to_json(), text=[a.text(), b.text()])
         results[i] = dict(res, time_s=results[i]["time_s"] + res["time_s"], generalized=["strides"])
@@ -119,7 +116,6 @@ def _main(argv) -> int:
         n_fuzzed += n
         if bad is not None:
             n_refuted += 1
-            n_general -= bool(results[i].get("generalized"))
             status["proved"] -= 1
             status["refuted"] += 1
             results[i] = {"status": "refuted", "time_s": results[i]["time_s"], "axioms": [],
@@ -128,6 +124,7 @@ def _main(argv) -> int:
         bar.update(1)
     bar.close()
     elapsed = time.perf_counter() - t1
+    n_general = sum(res["status"] == "proved" and bool(res.get("generalized")) for res in results)
     axiom_use = collections.Counter()
     for r, res in zip(records, results):
         r["proof"] = {"status": res["status"], "time_s": round(res["time_s"], 4),
