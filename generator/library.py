@@ -82,6 +82,10 @@ class LibraryError(ValueError):
     pass
 
 
+#: the fields every rule record has (``proof`` with its ``status``)
+RECORD_FIELDS = ("id", "src", "dst", "inputs", "directions", "proof")
+
+
 def read(path=None) -> tuple[dict, list[dict]]:
     path = Path(path or default_path())
     try:
@@ -97,9 +101,14 @@ def read(path=None) -> tuple[dict, list[dict]]:
     records = []
     for n, line in enumerate(lines[1:], start=2):
         try:
-            records.append(json.loads(line))
+            r = json.loads(line)
         except json.JSONDecodeError as e:
             raise LibraryError(f"{path}:{n}: malformed rule record: {e.msg}") from None
+        if not (isinstance(r, dict) and all(k in r for k in RECORD_FIELDS) and isinstance(r["proof"], dict)
+                and "status" in r["proof"]):
+            raise LibraryError(f"{path}:{n}: not a usable rules file: a rule record needs "
+                               f"{', '.join(RECORD_FIELDS)} and proof.status")
+        records.append(r)
     return header, records
 
 

@@ -44,8 +44,6 @@ def rewrites(path: Optional[str] = None) -> list:
             _REWRITES[key] = S.usable_rewrites(RB.load(path))
         except ValueError as e:  # library.LibraryError
             raise TasoError(str(e)) from None
-        except (KeyError, TypeError) as e:  # a record without the fields of the format
-            raise TasoError(f"{path}: not a usable rules file ({type(e).__name__}: {e})") from None
     return _REWRITES[key]
 
 

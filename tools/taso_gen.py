@@ -81,8 +81,6 @@ def _main(argv) -> int:
             rulebook.load(derive_from)
         except library.LibraryError as e:
             raise TasoError(str(e)) from None
-        except (KeyError, TypeError, ValueError) as e:
-            raise TasoError(f"{derive_from}: not a usable rules file ({type(e).__name__}: {e})") from None
     cfg = dataclasses.replace(family, max_ops=args.max_ops,
                               **({} if args.seed is None else {"seed": args.seed}))
     total = pipeline.base_op_count(cfg)
