@@ -90,16 +90,15 @@ def _main(argv) -> int:
     todo = [i for i, ((a, b), res) in enumerate(zip(pairs, results))
             if res["status"] == "proved" and (has_unit_strides(a) or has_unit_strides(b))]
     bar = tqdm(total=len(todo), desc="generalizing strides", unit="rule", file=sys.stderr, disable=quiet)
-    general = prove_many([(generalize_strides(pairs[i][0]), generalize_strides(pairs[i][1])) for i in todo],
-                         timeout_s=args.timeout, jobs=args.jobs, progress=lambda res: bar.update(1))
+    generalized = [(generalize_strides(pairs[i][0]), generalize_strides(pairs[i][1])) for i in todo]
+    general = prove_many(generalized, timeout_s=args.timeout, jobs=args.jobs, progress=lambda res: bar.update(1))
     bar.close()
     for i, (a, b) in enumerate(pairs):  # (a file whose rules are stated with a symbolic stride already)
         if results[i]["status"] == "proved" and G.has_symbolic_stride(a, b):
             results[i] = dict(results[i], generalized=["strides"])
-    for i, res in zip(todo, general):
+    for i, (a, b), res in zip(todo, generalized, general):
         if res["status"] != "proved":
             continue
-        a, b = generalize_strides(pairs[i][0]), generalize_strides(pairs[i][1])
         records[i].update(src=a.to_json(), dst=b.to_json(), text=[a.text(), b.text()])
         results[i] = dict(res, time_s=results[i]["time_s"] + res["time_s"], generalized=["strides"])
     # 2c. shape fuzzing: a Z3 proof knows no shapes, so it can lean on a term that does not type-check
