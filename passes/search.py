@@ -154,8 +154,9 @@ def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats
                 stats.rejected["op count over the limit"] += 1
                 continue
             if costs == 0:
-                costs = st[4] = T.target_costs(rw, g, ops, b, builder)
-            if costs is None:  # the rewrite changes weight flags downstream: build it to know its cost
+                costs = st[4] = T.target_info(rw, g, ops, b, builder)
+            costs = T.info_costs(rw, g, ops, costs)
+            if costs is None:  # the rewrite changes other ops' costs: build it to know its cost
                 cost = T.rewrite(rw, g, ops, b, builder).cost
             else:
                 cost = T.rewrite_cost(g, ops, costs)

@@ -208,7 +208,11 @@ class Builder:
                 kind != "arg" and not kind.startswith("other:") and bool(operands)
                 and all(n.weight for n in ins))
         cost = 0.0
-        if kind != "arg":
+        if kind == "split" and ins and split_axis(ins[0]) is not None and split_axis(ins[0]) == dict(attrs).get("axis"):
+            # a split of a piece of a split on the same axis: the export makes the tree one split
+            # (``fuse_split_trees``), whose cost is the root's (the same bytes, one launch)
+            pass
+        elif kind != "arg":
             in_shapes = tuple(n.shapes[v[1]] or () for n, v in zip(ins, operands))
             ck = (kind, attrs, in_shapes, shapes, dtype, weight)
             try:
@@ -222,6 +226,11 @@ class Builder:
                 if ck is not None:
                     self._costs[ck] = cost
         return Node(kind, attrs, operands, shapes, dtype, weight, name, _contrib(name, onames), cost)
+
+
+def split_axis(n: Node) -> Optional[int]:
+    """The axis of a split node, None for any other node."""
+    return dict(n.attrs).get("axis") if n.kind == "split" else None
 
 
 def _attrs_tuple(d: dict) -> tuple:
@@ -667,26 +676,54 @@ def _targets(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, changes: dict, nodes
     return ref_val
 
 
-def target_costs(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> Optional[tuple]:
-    """The costs of the target ops ``rewrite(rw, g, ops, b)`` makes, in order, or None where the
-    rewrite changes whether a replaced value is computed from weights only (then the users' costs
-    change too, and only ``rewrite`` knows them). Memoized by the rewrite, the variables' shapes
-    and weight flags (``b`` in variable order), the element type and the matched ops' weight flags:
-    for a site of a graph it holds in every graph the site is inherited by. The key includes the
-    site's stride where the rule's is symbolic."""
+def target_info(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> Optional[tuple]:
+    """What the rewrite ``rewrite(rw, g, ops, b)`` adds, for costing it without building it: None
+    where it changes whether a replaced value is computed from weights only (then the users' costs
+    change too, and only ``rewrite`` knows them), else (the costs of the target ops in order, the
+    positions of the mapped outputs whose producer changes from or to a split: a split using such
+    a value changes cost, see ``Builder.node``). Memoized by the rewrite, the variables' shapes,
+    weight flags and producers' split axes (``b`` in variable order), the element type and the
+    matched ops' weight flags: for a site of a graph it holds in every graph the site is inherited
+    by. The key includes the site's stride where the rule's is symbolic."""
     gn = g.nodes
     dtype = gn[ops[-1]].dtype
-    key = (rw.id, tuple((gn[x[0]].shapes[x[1]], gn[x[0]].weight) for x in b.values()), dtype,
+    key = (rw.id, tuple((gn[x[0]].shapes[x[1]], gn[x[0]].weight, split_axis(gn[x[0]])) for x in b.values()), dtype,
            tuple(gn[o].weight for o in ops), tuple(RB.site_env(rw, GraphView(g), ops).items()))
     hit = builder.target_costs.get(key, 0)
     if hit == 0:
         changes: dict = {}
         nodes = ChainMap(changes, gn)
         ref_val = _targets(rw, g, ops, b, changes, nodes, builder, dtype)
-        same = all(nodes[ref_val[rd][0]].weight == gn[ops[G.parse_ref(rs)[0]]].weight
-                   for rs, rd in zip(rw.src.outputs, rw.dst.outputs))
-        hit = builder.target_costs[key] = tuple(n.cost for n in changes.values()) if same else None
+        pairs = [(nodes[ref_val[rd][0]], gn[ops[G.parse_ref(rs)[0]]]) for rs, rd in zip(rw.src.outputs, rw.dst.outputs)]
+        if all(new.weight == old.weight for new, old in pairs):
+            moved = tuple(i for i, (new, old) in enumerate(pairs) if split_axis(new) != split_axis(old))
+            hit = (tuple(n.cost for n in changes.values()), moved)
+        else:
+            hit = None
+        builder.target_costs[key] = hit
     return hit
+
+
+def info_costs(rw: RB.Rewrite, g: TGraph, ops: list, info: Optional[tuple]) -> Optional[tuple]:
+    """The target ops' costs from ``target_info``'s answer in g, or None where the rewrite changes the
+    cost of a user it does not build (a weight flag changes, or a split uses a mapped output whose
+    producer changes from or to a split)."""
+    if info is None:
+        return None
+    costs, moved = info
+    if moved:
+        uses, gn = g.uses(), g.nodes
+        for i in moved:
+            p = G.parse_ref(rw.src.outputs[i])
+            if any(u is not None and gn[u].kind == "split" for u in uses.get((ops[p[0]], p[1]), ())):
+                return None
+    return costs
+
+
+def target_costs(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> Optional[tuple]:
+    """The costs of the target ops ``rewrite(rw, g, ops, b)`` makes, in order, or None where the
+    rewrite also changes the cost of other ops (``info_costs``)."""
+    return info_costs(rw, g, ops, target_info(rw, g, ops, b, builder))
 
 
 def rewrite_cost(g: TGraph, ops: list, costs: tuple) -> float:

@@ -120,3 +120,27 @@ func.func @fire_merge(%x: tensor<1x8x7x7xf32>) -> tensor<1x16x7x7xf32> {
   %cat = "taso.concat"(%r1, %r3) {axis = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<1x8x7x7xf32>, tensor<1x8x7x7xf32>) -> tensor<1x16x7x7xf32>
   return %cat : tensor<1x16x7x7xf32>
 }
+
+// -----
+
+// Four matmuls sharing an input merge into one (axiom: mm(x, w1), mm(x, w2) = split(mm(x, cat(w1, w2))),
+// applied three times); the tree of three binary splits the rules leave is written as one split
+// into four pieces, which is what the search costed (one launch, the same bytes).
+// CHECK-LABEL: func.func @merge_four_matmuls
+// CHECK: %[[M:.*]] = "taso.matmul"(%arg0, %{{.*}}) {activation = "none"} : (tensor<1x512xf32>, tensor<512x2048xf32>) -> tensor<1x2048xf32>
+// CHECK-NEXT: %[[S:.*]]:4 = "taso.split"(%[[M]]) {axis = 1 : i64, {{.*}}sizes = array<i64: 512, 512, 512, 512>}
+// CHECK-NOT: taso.split
+// CHECK-NOT: taso.matmul
+// CHECK: return %[[S]]#{{[0-3]}}, %[[S]]#{{[0-3]}}, %[[S]]#{{[0-3]}}, %[[S]]#{{[0-3]}}
+// REPORT: @merge_four_matmuls: {{.*}} ops 8 -> 3, 3 rewrites applied, {{.*}} 2 nested splits fused
+func.func @merge_four_matmuls(%x: tensor<1x512xf32>) -> (tensor<1x512xf32>, tensor<1x512xf32>, tensor<1x512xf32>, tensor<1x512xf32>) {
+  %w1 = "taso.weight"() {name = "w1", value = dense<0.5> : tensor<512x512xf32>} : () -> tensor<512x512xf32>
+  %w2 = "taso.weight"() {name = "w2", value = dense<0.25> : tensor<512x512xf32>} : () -> tensor<512x512xf32>
+  %w3 = "taso.weight"() {name = "w3", value = dense<0.125> : tensor<512x512xf32>} : () -> tensor<512x512xf32>
+  %w4 = "taso.weight"() {name = "w4", value = dense<2.0> : tensor<512x512xf32>} : () -> tensor<512x512xf32>
+  %a = "taso.matmul"(%x, %w1) {activation = "none"} : (tensor<1x512xf32>, tensor<512x512xf32>) -> tensor<1x512xf32>
+  %b = "taso.matmul"(%x, %w2) {activation = "none"} : (tensor<1x512xf32>, tensor<512x512xf32>) -> tensor<1x512xf32>
+  %c = "taso.matmul"(%x, %w3) {activation = "none"} : (tensor<1x512xf32>, tensor<512x512xf32>) -> tensor<1x512xf32>
+  %d = "taso.matmul"(%x, %w4) {activation = "none"} : (tensor<1x512xf32>, tensor<512x512xf32>) -> tensor<1x512xf32>
+  return %a, %b, %c, %d : tensor<1x512xf32>, tensor<1x512xf32>, tensor<1x512xf32>, tensor<1x512xf32>
+}
