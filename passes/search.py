@@ -155,7 +155,7 @@ def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats
                 continue
             if costs == 0:
                 costs = st[4] = T.target_info(rw, g, ops, b, builder)
-            costs = T.info_costs(rw, g, ops, costs)
+            costs = T.info_costs(rw, g, ops, b, costs)
             if costs is None:  # the rewrite changes other ops' costs: build it to know its cost
                 cost = T.rewrite(rw, g, ops, b, builder).cost
             else:

@@ -107,10 +107,18 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     # replay on the IR with the PDL patterns
     tick = time.monotonic()
     op_of = dict(enumerate(mops))
-    for rid, matched, made in best.history:
+    for rid, matched, made, shared in best.history:
         created = replayer.apply(f, by_id[rid], [op_of[n] for n in matched])
-        for nid, op in zip(made, created):
-            op_of[nid] = op
+        for k, (nid, op) in enumerate(zip(made, created)):
+            if k in shared:  # the search shared an op the function has: use it instead of the new copy
+                old = op_of[nid]
+                if op.is_before_in_block(old):
+                    old.move_before(op)  # its operands are the copy's, defined before the copy
+                for a, r in zip(op.results, old.results):
+                    a.replace_all_uses_with(r)
+                op.erase()
+            else:
+                op_of[nid] = op
     function_dce(f)
     if best.history:
         g_ir, _ = T.from_function(f, builder)

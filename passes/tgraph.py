@@ -62,7 +62,9 @@ class TGraph:
         self.num_ops = num_ops
         self._uses = None
         self._ranks = None
-        self.history: tuple = ()  # ((rewrite id, matched node ids, new node ids), ...) from the original
+        # ((rewrite id, matched node ids, node id of each target op, the target ops that are old ops
+        # (``_targets``' sharing)), ...) from the original
+        self.history: tuple = ()
         self.parent = None  # the graph one rewrite before (None for a graph built from scratch)
         self.changes: dict = {}  # what that rewrite changed: node id -> new node, or None where removed
 
@@ -163,6 +165,9 @@ def _patched_ranks(p: TGraph, g: TGraph) -> Optional[dict]:
             del r[nid]
         elif nid in r:
             lowest_user = min(lowest_user, r[nid])
+            # a rewired user of an old op the rewrite shared (``_targets``) may rank below it
+            if any(v[0] in p._ranks and v[0] not in g.changes and p._ranks[v[0]] >= r[nid] for v in n.operands):
+                return None
         else:
             new.append(nid)
     if not new:
@@ -655,10 +660,28 @@ def apply(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> TG
     return rewrite(rw, g, ops, b, builder).graph()
 
 
+def _twin(g: TGraph, kind: str, attrs: tuple, operands: tuple, ops: list) -> Optional[int]:
+    """An op of g, other than the matched ``ops``, that computes exactly ``kind(attrs)(operands)``
+    (ops have no side effects, so a target op equal to it can be it), or None."""
+    if not operands:
+        return None
+    gn = g.nodes
+    for u in g.uses().get(operands[0], ()):
+        if u is not None and u not in ops:
+            n = gn[u]
+            if n.kind == kind and n.operands == operands and n.attrs == attrs:
+                return u
+    return None
+
+
 def _targets(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, changes: dict, nodes, builder: Builder,
-             dtype: str) -> dict:
+             dtype: str, shared: Optional[dict] = None) -> dict:
     """Build the target ops (new ids from g.next_id into ``changes``; ``nodes``: the mapping the
-    builder reads). Returns rule reference -> value (the variables' and the new ops' results)."""
+    builder reads). Returns rule reference -> value (the variables' and the new ops' results).
+    With ``shared`` (a dict), a target op equal to an op g has (``_twin``) is that op, not a new
+    one, and ``shared`` gets target op index -> that op's id: TASO's search would make a second
+    copy; sharing it is what lets, e.g., eight matmuls that each got ``concat(x, h)`` from one rule
+    merge into one (an e-graph gets this from hash-consing)."""
     gn = g.nodes
     shapes = {v: tuple(gn[val[0]].shapes[val[1]]) for v, val in b.items()} | RB.site_env(rw, GraphView(g), ops)
     ref_val: dict = dict(b)
@@ -669,6 +692,13 @@ def _targets(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, changes: dict, nodes
         targets = _TARGETS[dkey] = [(_attrs_tuple(a), tuple(o)) for a, o in RB.dst_op_attrs(rw, shapes)]
     for k, ((attrs, outs), rop) in enumerate(zip(targets, rw.dst.ops)):
         operands = tuple(ref_val[r] for r in rop.operands)
+        if shared is not None:
+            twin = _twin(g, rop.name, attrs, operands, ops)
+            if twin is not None:
+                shared[k] = twin
+                for j in range(rop.num_results):
+                    ref_val[G.op_ref(k, j, rop.num_results)] = (twin, j)
+                continue
         changes[nid] = builder.node(nodes, rop.name, attrs, operands, outs, dtype)
         for j in range(rop.num_results):
             ref_val[G.op_ref(k, j, rop.num_results)] = (nid, j)
@@ -697,20 +727,27 @@ def target_info(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder)
         pairs = [(nodes[ref_val[rd][0]], gn[ops[G.parse_ref(rs)[0]]]) for rs, rd in zip(rw.src.outputs, rw.dst.outputs)]
         if all(new.weight == old.weight for new, old in pairs):
             moved = tuple(i for i, (new, old) in enumerate(pairs) if split_axis(new) != split_axis(old))
-            hit = (tuple(n.cost for n in changes.values()), moved)
+            # the target ops on variables alone: only they can equal an op of the graph (``_twin``)
+            leaves = tuple((n.kind, n.attrs, tuple(rop.operands)) for n, rop in zip(changes.values(), rw.dst.ops)
+                           if rop.operands and all(r in b for r in rop.operands))
+            hit = (tuple(n.cost for n in changes.values()), moved, leaves)
         else:
             hit = None
         builder.target_costs[key] = hit
     return hit
 
 
-def info_costs(rw: RB.Rewrite, g: TGraph, ops: list, info: Optional[tuple]) -> Optional[tuple]:
+def info_costs(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, info: Optional[tuple]) -> Optional[tuple]:
     """The target ops' costs from ``target_info``'s answer in g, or None where the rewrite changes the
     cost of a user it does not build (a weight flag changes, or a split uses a mapped output whose
-    producer changes from or to a split)."""
+    producer changes from or to a split) or a target op is an op g has (``_twin``: it costs nothing
+    new, and what uses it changes)."""
     if info is None:
         return None
-    costs, moved = info
+    costs, moved, leaves = info
+    for kind, attrs, refs in leaves:
+        if _twin(g, kind, attrs, tuple(b[r] for r in refs), ops) is not None:
+            return None
     if moved:
         uses, gn = g.uses(), g.nodes
         for i in moved:
@@ -723,7 +760,7 @@ def info_costs(rw: RB.Rewrite, g: TGraph, ops: list, info: Optional[tuple]) -> O
 def target_costs(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> Optional[tuple]:
     """The costs of the target ops ``rewrite(rw, g, ops, b)`` makes, in order, or None where the
     rewrite also changes the cost of other ops (``info_costs``)."""
-    return info_costs(rw, g, ops, target_info(rw, g, ops, b, builder))
+    return info_costs(rw, g, ops, b, target_info(rw, g, ops, b, builder))
 
 
 def rewrite_cost(g: TGraph, ops: list, costs: tuple) -> float:
@@ -744,8 +781,11 @@ def rewrite(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> 
     changes: dict = {}
     nodes = ChainMap(changes, gn)  # the child's nodes as far as the builder reads them
     key, cost = g.key, g.cost
-    ref_val = _targets(rw, g, ops, b, changes, nodes, builder, gn[ops[-1]].dtype)
+    shared: dict = {}
+    ref_val = _targets(rw, g, ops, b, changes, nodes, builder, gn[ops[-1]].dtype, shared)
     made = list(changes)
+    # the node of each target op: a new one, or the op of g it equals
+    by_target = tuple(ref_val[G.op_ref(k, 0, rop.num_results)][0] for k, rop in enumerate(rw.dst.ops))
     for n in changes.values():
         key = (key + n.contrib) & MASK
         cost += n.cost
@@ -785,7 +825,7 @@ def rewrite(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> 
     c = Child()
     c.parent, c.changes, c.outputs, c.next_id = g, changes, outputs, nid
     c.key, c.cost, c.num_ops = key, cost, g.num_ops - len(ops) + len(made)
-    c.step = (rw.id, tuple(ops), tuple(made))
+    c.step = (rw.id, tuple(ops), by_target, tuple(sorted(shared)))
     return c
 
 

@@ -144,3 +144,21 @@ func.func @merge_four_matmuls(%x: tensor<1x512xf32>) -> (tensor<1x512xf32>, tens
   %d = "taso.matmul"(%x, %w4) {activation = "none"} : (tensor<1x512xf32>, tensor<512x512xf32>) -> tensor<1x512xf32>
   return %a, %b, %c, %d : tensor<1x512xf32>, tensor<1x512xf32>, tensor<1x512xf32>, tensor<1x512xf32>
 }
+
+// -----
+
+// An op a rewrite would make again is the op the function has: merging x1's two matmuls and x2's two
+// makes concat(w1, w2) twice, and with one shared weight the two merged matmuls merge by rows.
+// CHECK-LABEL: func.func @shared_weight_concat
+// CHECK-COUNT-1: taso.matmul
+// CHECK-NOT: taso.matmul
+// REPORT: @shared_weight_concat: {{.*}} 3 rewrites applied
+func.func @shared_weight_concat(%x1: tensor<1x512xf32>, %x2: tensor<1x512xf32>) -> (tensor<1x512xf32>, tensor<1x512xf32>, tensor<1x512xf32>, tensor<1x512xf32>) {
+  %w1 = "taso.weight"() {name = "w1", value = dense<0.5> : tensor<512x512xf32>} : () -> tensor<512x512xf32>
+  %w2 = "taso.weight"() {name = "w2", value = dense<0.25> : tensor<512x512xf32>} : () -> tensor<512x512xf32>
+  %a = "taso.matmul"(%x1, %w1) {activation = "none"} : (tensor<1x512xf32>, tensor<512x512xf32>) -> tensor<1x512xf32>
+  %b = "taso.matmul"(%x1, %w2) {activation = "none"} : (tensor<1x512xf32>, tensor<512x512xf32>) -> tensor<1x512xf32>
+  %c = "taso.matmul"(%x2, %w1) {activation = "none"} : (tensor<1x512xf32>, tensor<512x512xf32>) -> tensor<1x512xf32>
+  %d = "taso.matmul"(%x2, %w2) {activation = "none"} : (tensor<1x512xf32>, tensor<512x512xf32>) -> tensor<1x512xf32>
+  return %a, %b, %c, %d : tensor<1x512xf32>, tensor<1x512xf32>, tensor<1x512xf32>, tensor<1x512xf32>
+}

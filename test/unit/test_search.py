@@ -390,3 +390,32 @@ def test_sibling_matmuls_become_one_matmul_and_one_split(tmp_path):
     yb = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds)
     for a, b in zip(ya, yb):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+
+
+def test_an_op_a_rewrite_would_duplicate_is_shared(tmp_path):
+    """x1 @ W1, x1 @ W2, x2 @ W1, x2 @ W2: merging each input's pair makes concat(W1, W2) twice; the
+    second is the first (ops have no side effects), so the two merged matmuls share their weight and
+    merge again, by rows. One MatMul is left, and the numbers are the same."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((512, 512)).astype(np.float32), f"w{i}") for i in (1, 2)]
+    nodes = [helper.make_node("MatMul", [f"x{i}", f"w{j}"], [f"y{i}{j}"]) for i in (1, 2) for j in (1, 2)]
+    g = helper.make_graph(nodes, "grid", [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [1, 512])
+                                          for i in (1, 2)],
+                          [helper.make_tensor_value_info(f"y{i}{j}", TensorProto.FLOAT, [1, 512])
+                           for i in (1, 2) for j in (1, 2)], inits)
+    src, out, rep = tmp_path / "g.onnx", tmp_path / "g.opt.onnx", tmp_path / "r.json"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), src)
+    r = _taso_opt(str(src), "--taso-search", "-o", str(out), f"--taso-report={rep}")
+    assert r.returncode == 0, r.stderr
+    kinds = sorted(n.op_type for n in onnx.load(out).graph.node)
+    assert kinds.count("MatMul") == 1, kinds
+    assert len(json.loads(rep.read_text())["functions"][0]["applied"]) == 2  # column merges, then the row merge
+    fr = json.loads(rep.read_text())["functions"][0]
+    assert fr["cost_after_ms"] == pytest.approx(fr["cost_searched_ms"], rel=1e-9)
+    import onnxruntime as ort
+
+    feeds = {f"x{i}": rng.standard_normal((1, 512)).astype(np.float32) for i in (1, 2)}
+    ya = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds)
+    yb = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for a, b in zip(ya, yb):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
