@@ -9,8 +9,7 @@ Output: the same functions on builtin tensor types, where
   (static shapes, supported attribute values); the spec's shape function is checked against ONNX's
   inferred result types. A node may become several ops: ``Gemm`` (2-D, alpha = 1, beta = 1 or no C) is
   ``[taso.transpose] -> taso.matmul -> [taso.ewadd]``, where a transposed weight is a new weight
-  ``<name>.T`` (one per weight, uniquely named), and so is a bias of shape (N,) reshaped to the
-  product's (1, N) when M = 1 (``<name>.r``);
+  ``<name>.T`` (one per weight, uniquely named);
 - initializers and ``Constant`` nodes become ``taso.weight`` ops with inline dense values;
 - ``Identity`` nodes are removed;
 - every other node stays a generic ``"onnx.<Op>"`` operation (onnx-mlir's spelling) with its
@@ -224,7 +223,7 @@ def _r_gemm(n: _Node):
     """``Gemm``: Y = alpha * op(A) @ op(B) + beta * C, raised for 2-D static A and B with alpha = 1 and
     (no C or beta = 1) as ``[transpose(A)] -> matmul(., op(B)) -> [ewadd(., C)]``; op(B) of a weight is a
     transposed weight (``_transposed_weight``). C broadcasts to (M, N) unidirectionally, as ewadd's ONNX
-    broadcasting does here; a (N,) weight C with M = 1 becomes a (1, N) weight, the product's shape. Other alpha/beta stay generic: scaling by ``taso.smul`` would round
+    broadcasting does here. Other alpha/beta stay generic: scaling by ``taso.smul`` would round
     differently from onnxruntime's fused Gemm."""
     a, b = n.operands[0], n.operands[1]
     c = n.operands[2] if len(n.operands) > 2 else _NONE
@@ -253,13 +252,7 @@ def _r_gemm(n: _Node):
         b = _Step(len(steps) - 1)
     steps.append(("matmul", [a, b], dict(activation="none")))
     if c is not _NONE:
-        mm = _Step(len(steps) - 1)
-        if out[0] == 1 and tuple(shape_of(c)) == (out[1],) and _weight_of(c) is not None:
-            # one row (batch-1 inference): the bias as a (1, N) weight, the shape of the product, so the
-            # rules (which need equal shapes) can move it
-            steps.append(("reshape", [c], dict(shape=[1, out[1]])))
-            c = _Step(len(steps) - 1)
-        steps.append(("ewadd", [mm, c], {}))
+        steps.append(("ewadd", [_Step(len(steps) - 1), c], {}))
     return steps
 
 
@@ -384,15 +377,15 @@ def _typed_plan(plan, n: _Node) -> Optional[list]:
 
 
 class _Weights:
-    """One function's weights: unique names for the weights the conversion makes, and the transposed or
-    reshaped weights made for raised nodes (one per source weight, shared by all its readers)."""
+    """One function's weights: unique names for the weights the conversion makes, and the transposed
+    weights made for raised nodes (one per source weight, shared by all its readers)."""
 
     def __init__(self, old_block, reserved=()):
         self._block = old_block
         self._reserved = set(reserved)
         self._names: Optional[set] = None  # every name the function's weights have or will have
         self.count = 0  # const_<n> names
-        self.derived: dict = {}  # (source weight value, (how, params)) -> derived weight value
+        self.transposed: dict = {}  # (source weight value, perm) -> transposed weight value
 
     def _taken(self) -> set:
         """The names of all ops of the function being converted, read on first need: a weight's name is its
@@ -444,23 +437,9 @@ def _transposed_weight(v, perm, weights: _Weights) -> Optional[ir.Value]:
     """``transpose(v, perm)`` for a weight ``v`` as a new weight (its value transposed in numpy, its name
     ``<name>.T`` made unique), made once per weight and permutation; None if ``v`` is not a weight whose
     value numpy can read (bf16, ...): the caller keeps a ``taso.transpose``."""
-    shape = ir.RankedTensorType(v.type).shape
-    return _derived_weight(v, ("transpose", tuple(perm)), [shape[p] for p in perm],
-                           lambda a: np.transpose(a, perm), ".T", weights)
-
-
-def _reshaped_weight(v, shape, weights: _Weights) -> Optional[ir.Value]:
-    """``reshape(v, shape)`` for a weight ``v`` as a new weight named ``<name>.r`` (made unique), made once
-    per weight and shape; None as for ``_transposed_weight``."""
-    return _derived_weight(v, ("reshape", tuple(shape)), list(shape), lambda a: a.reshape(shape), ".r", weights)
-
-
-def _derived_weight(v, how: tuple, shape: list, fn, suffix: str, weights: _Weights) -> Optional[ir.Value]:
-    """A new weight holding ``fn(value of v)`` of ``shape``, named after ``v``'s with ``suffix``; one per
-    (v, how)."""
-    key = (v, how)
-    if key in weights.derived:
-        return weights.derived[key]
+    key = (v, tuple(perm))
+    if key in weights.transposed:
+        return weights.transposed[key]
     w = _weight_of(v)
     if w is None:
         return None
@@ -468,19 +447,19 @@ def _derived_weight(v, how: tuple, shape: list, fn, suffix: str, weights: _Weigh
     if not isinstance(value, ir.DenseElementsAttr):
         return None
     src = ir.RankedTensorType(v.type)
-    ttype = ir.RankedTensorType.get(shape, src.element_type, loc=ir.Location.unknown())
+    ttype = ir.RankedTensorType.get([src.shape[p] for p in perm], src.element_type, loc=ir.Location.unknown())
     try:
         if value.is_splat:
             new_value = ir.DenseElementsAttr.get_splat(ttype, value.get_splat_value())
         else:
             arr = dense_array(value, f"{w.location}: weight value")
             from .onnx_import import dense_attr
-            new_value = dense_attr(fn(arr), ttype)
+            new_value = dense_attr(np.transpose(arr, perm), ttype)
     except TasoError:
         return None
-    name = weights.fresh(str_value(w.attributes["name"], f"{w.location}: weight name") + suffix)
+    name = weights.fresh(str_value(w.attributes["name"], f"{w.location}: weight name") + ".T")
     t = new_weight(name, new_value, ttype, loc=ir.Location.name(name, childLoc=w.location))
-    weights.derived[key] = t.results[0]
+    weights.transposed[key] = t.results[0]
     return t.results[0]
 
 
@@ -850,11 +829,9 @@ def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, weights: _W
             made: list = []
             for tname, operands, attrs, results in plan:
                 operands = [made[v.index].results[0] if isinstance(v, _Step) else v for v in operands]
-                if tname in ("transpose", "reshape") and len(plan) > 1:
-                    # a transposed or reshaped weight in a multi-op raise (Gemm's transB, its bias at M = 1)
-                    # is a weight of its own
-                    t = (_transposed_weight(operands[0], attrs["perm"], weights) if tname == "transpose"
-                         else _reshaped_weight(operands[0], attrs["shape"], weights))
+                if tname == "transpose" and len(plan) > 1:
+                    # a transposed weight in a multi-op raise (Gemm's transB) is a weight of its own
+                    t = _transposed_weight(operands[0], attrs["perm"], weights)
                     if t is not None:
                         made.append(t.owner)
                         continue

@@ -240,25 +240,3 @@ def test_nasrnn_has_no_generic_gemm_left():
     assert not [n for n in out.graph.node if n.op_type == "Gemm"]
     diff, scale = _max_diff(original, out, seeds=(0,))
     assert diff <= 1e-6 * max(1.0, scale), (diff, scale)
-
-
-@pytest.mark.parametrize("rows", [1, 3])
-def test_bias_of_a_single_row_becomes_the_products_shape(rows):
-    """At M = 1 (batch-1 inference) a (N,) bias weight becomes a (1, N) weight ``<name>.r``, the shape of
-    the product, so that rules needing equal shapes can move it; at M > 1 it stays (N,), broadcast."""
-    rng = np.random.default_rng(3)
-    inits = [nh.from_array(rng.standard_normal((N, K)).astype(np.float32), "W"),
-             nh.from_array(rng.standard_normal((N,)).astype(np.float32), "bias")]
-    original = _model([h.make_node("Gemm", ["A", "W", "bias"], ["Y"], transB=1)], [_vi("A", (rows, K))],
-                      [_vi("Y", (rows, N))], inits)
-    module, out = _round_trip(original)
-    weights = _weights(module)
-    if rows == 1:
-        assert "bias" not in weights and tuple(weights["bias.r"].results[0].type.shape) == (1, N)
-        np.testing.assert_array_equal(dense_array(weights["bias.r"].attributes["value"]),
-                                      nh.to_array(inits[1]).reshape(1, N))
-    else:
-        assert "bias.r" not in weights and tuple(weights["bias"].results[0].type.shape) == (N,)
-    assert _counts(module)["taso.ewadd"] == 1 and _counts(module)["taso.reshape"] == 0
-    diff, scale = _max_diff(original, out)
-    assert diff <= 1e-6 * max(1.0, scale), (diff, scale)
