@@ -30,6 +30,7 @@ from . import rulebook as RB
 from . import search as S
 from . import tgraph as T
 from .cost import get_cost_model
+from .flatten_matmul import flatten_shared_matmuls, unflatten_matmuls
 from .fold_batchnorm import fold_function
 
 _REWRITES: dict = {}
@@ -94,6 +95,10 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     g0 = g_in
     if bn_folded:
         g0, mops = T.from_function(f, builder)
+    g_bn = g0
+    flattened = flatten_shared_matmuls(f)
+    if flattened:
+        g0, mops = T.from_function(f, builder)
     tick = time.monotonic()
 
     def progress(i, n, cost):
@@ -128,6 +133,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     folded = fold_weights(f)
     function_dce(f)
     splits_fused = fuse_split_trees(f)
+    unflattened = unflatten_matmuls(f)
     # the cost and op count of the function as written (split trees fused), which the search's cost
     # model predicts except where a split tree could not be fused (more than MAX_ARITY pieces)
     g_out, _ = T.from_function(f, builder)
@@ -136,7 +142,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "function": name,
         "ops_before": g_in.num_ops, "ops_after": g_out.num_ops,
         "cost_before_ms": g_in.cost, "cost_after_ms": g_out.cost, "cost_searched_ms": best.cost,
-        "batchnorms_folded": bn_folded, "ops_after_fold": g0.num_ops, "cost_after_fold_ms": g0.cost,
+        "batchnorms_folded": bn_folded, "ops_after_fold": g_bn.num_ops, "cost_after_fold_ms": g_bn.cost,
         "fold_batchnorm_s": round(fold_s, 3),
         "applied": dict(Counter(h[0] for h in best.history).most_common()),
         "rewrites_applied": len(best.history),
@@ -145,6 +151,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "windows": stats.windows, "windows_skipped": stats.windows_skipped, "timed_out": stats.timed_out,
         "rejected_sites": dict(stats.rejected.most_common(8)),
         "weights_folded": folded, "splits_fused": splits_fused,
+        "matmuls_flattened": flattened, "matmuls_unflattened": unflattened,
         "search_s": round(search_s, 3), "replay_s": round(replay_s, 3),
     }
 
@@ -262,6 +269,9 @@ def format_report(rep: dict) -> str:
         L.append(f"    batchnorm folding (before the search, included above): {fr['batchnorms_folded']} batchnorms "
                  f"folded into convolutions, cost {before:.4g} -> {fr['cost_after_fold_ms']:.4g} ms, ops "
                  f"{fr['ops_before']} -> {fr['ops_after_fold']}, {fr['fold_batchnorm_s']} s")
+        if fr.get("matmuls_flattened"):
+            L.append(f"    {fr['matmuls_flattened']} matmuls of a shared input of rank 3 or more flattened to 2-D for "
+                     f"the search ({fr['matmuls_unflattened']} it left alone restored after it)")
         if fr["applied"]:
             L.append("    rules applied: " + ", ".join(f"{k} x{v}" for k, v in fr["applied"].items()))
     if rep.get("estimated_costs"):

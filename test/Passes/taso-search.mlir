@@ -162,3 +162,25 @@ func.func @shared_weight_concat(%x1: tensor<1x512xf32>, %x2: tensor<1x512xf32>) 
   %d = "taso.matmul"(%x2, %w2) {activation = "none"} : (tensor<1x512xf32>, tensor<512x512xf32>) -> tensor<1x512xf32>
   return %a, %b, %c, %d : tensor<1x512xf32>, tensor<1x512xf32>, tensor<1x512xf32>, tensor<1x512xf32>
 }
+
+// -----
+
+// Matmuls of a shared 3-D input (a transformer's Q, K, V projections) are flattened to 2-D for the
+// search, where the 2-D merge rule applies: one matmul on the concatenated weights, one split, the
+// pieces reshaped back.
+// CHECK-LABEL: func.func @qkv_3d
+// CHECK: %[[R:.*]] = "taso.reshape"(%arg0) {shape = array<i64: 64, 1024>}
+// CHECK: %[[M:.*]] = "taso.matmul"(%[[R]], %{{.*}}) {activation = "none"} : (tensor<64x1024xf32>, tensor<1024x3072xf32>) -> tensor<64x3072xf32>
+// CHECK: "taso.split"(%[[M]]) {axis = 1 : i64, {{.*}}sizes = array<i64: 1024, 1024, 1024>}
+// CHECK-NOT: taso.matmul
+// REPORT: @qkv_3d: {{.*}} 2 rewrites applied
+// REPORT: 3 matmuls of a shared input of rank 3 or more flattened to 2-D for the search (0 it left alone restored after it)
+func.func @qkv_3d(%x: tensor<1x64x1024xf32>) -> (tensor<1x64x1024xf32>, tensor<1x64x1024xf32>, tensor<1x64x1024xf32>) {
+  %wq = "taso.weight"() {name = "wq", value = dense<0.5> : tensor<1024x1024xf32>} : () -> tensor<1024x1024xf32>
+  %wk = "taso.weight"() {name = "wk", value = dense<0.25> : tensor<1024x1024xf32>} : () -> tensor<1024x1024xf32>
+  %wv = "taso.weight"() {name = "wv", value = dense<0.125> : tensor<1024x1024xf32>} : () -> tensor<1024x1024xf32>
+  %q = "taso.matmul"(%x, %wq) {activation = "none"} : (tensor<1x64x1024xf32>, tensor<1024x1024xf32>) -> tensor<1x64x1024xf32>
+  %k = "taso.matmul"(%x, %wk) {activation = "none"} : (tensor<1x64x1024xf32>, tensor<1024x1024xf32>) -> tensor<1x64x1024xf32>
+  %v = "taso.matmul"(%x, %wv) {activation = "none"} : (tensor<1x64x1024xf32>, tensor<1024x1024xf32>) -> tensor<1x64x1024xf32>
+  return %q, %k, %v : tensor<1x64x1024xf32>, tensor<1x64x1024xf32>, tensor<1x64x1024xf32>
+}
