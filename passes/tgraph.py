@@ -194,10 +194,13 @@ def _out_key(names: tuple) -> int:
 
 
 class Builder:
-    """Makes nodes with their names, weight flags and costs."""
+    """Makes nodes with their names, weight flags and costs. ``split_trees``: a split of a split's
+    piece on the same axis costs 0 (the search's model, see ``node``); False: every split costs its
+    own (the function as written, where ``fuse_split_trees`` has already fused what it can)."""
 
-    def __init__(self, cost_model):
+    def __init__(self, cost_model, split_trees: bool = True):
         self.cost_model = cost_model
+        self.split_trees = split_trees
         self._costs: dict = {}  # (kind, attrs, operand shapes, shapes, dtype, weight) -> cost
         self.target_costs: dict = {}  # see target_costs
 
@@ -213,7 +216,7 @@ class Builder:
                 kind != "arg" and not kind.startswith("other:") and bool(operands)
                 and all(n.weight for n in ins))
         cost = 0.0
-        if kind == "split" and ins and split_axis(ins[0]) is not None and split_axis(ins[0]) == dict(attrs).get("axis"):
+        if self.split_trees and kind == "split" and ins and split_axis(ins[0]) is not None and split_axis(ins[0]) == dict(attrs).get("axis"):
             # a split of a piece of a split on the same axis: the export makes the tree one split
             # (``fuse_split_trees``), whose cost is the root's (the same bytes, one launch)
             pass

@@ -18,7 +18,7 @@ from taso_mlir.dialect.mlir import ir, make_context
 from taso_mlir.passes import search as S
 from taso_mlir.passes import taso_search
 from taso_mlir.passes import tgraph as T
-from taso_mlir.passes.cost import get_cost_model
+from taso_mlir.passes.cost import OpSig, get_cost_model
 from taso_mlir.passes.registry import build_pass_manager, run_pass_manager
 
 F32 = "f32"
@@ -419,3 +419,26 @@ def test_an_op_a_rewrite_would_duplicate_is_shared(tmp_path):
     yb = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds)
     for a, b in zip(ya, yb):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n,outer", [(2, 6), (16, 2)])
+def test_cost_after_counts_the_nested_splits_left_unfused(n, outer):
+    """The report's costs before and after are those of the function as written: a split of a split's
+    piece that cannot become part of it (n = 2: the piece is also returned; n = 16: the pieces would
+    be 17) runs as a split of its own, although the search's model charges it nothing."""
+    width, inner = n * outer, outer // 2
+    sizes = [outer] * n
+    a = _split("a", "x", 1, sizes, f"2x{width}", [f"2x{outer}"] * n)
+    b = _split("b", "a#0", 1, [inner, inner], f"2x{outer}", [f"2x{inner}"] * 2)
+    outs = [f"%a#{i}" for i in range(0 if n == 2 else 1, n)] + ["%b#0", "%b#1"]
+    types = [f"tensor<2x{outer}xf32>"] * (len(outs) - 2) + [f"tensor<2x{inner}xf32>"] * 2
+    text = (f"func.func @f(%x: tensor<2x{width}xf32>) -> ({', '.join(types)}) {{\n  {a}\n  {b}\n"
+            f"  return {', '.join(outs)} : {', '.join(types)}\n}}\n")
+    _out, rep = run_search(text, budget=0)
+    fr = rep["functions"][0]
+    cm = get_cost_model("analytic")
+    want = (cm.cost(OpSig("split", (("axis", 1), ("sizes", tuple(sizes))), ((2, width),), ((2, outer),) * n, F32))
+            + cm.cost(OpSig("split", (("axis", 1), ("sizes", (inner, inner))), ((2, outer),), ((2, inner),) * 2, F32)))
+    assert fr["splits_fused"] == 0
+    assert fr["cost_before_ms"] == fr["cost_after_ms"] == pytest.approx(want, rel=1e-12)
+    assert fr["cost_searched_ms"] < fr["cost_after_ms"]
