@@ -90,8 +90,8 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     # the cost before is the input's, so the reduction reported includes the batchnorm folding
     g_in, mops = T.from_function(f, builder)
     # the costs reported are those of the function as written, where every split costs its own: the
-    # search charges nothing for a split of a split's piece on the same axis, which fuse_split_trees
-    # makes part of its parent only where nothing else uses the piece and the pieces are at most 16
+    # search charges nothing for a split of a split's piece on the same axis where nothing else uses
+    # the piece, which fuse_split_trees makes part of its parent only where the pieces are at most 16
     written = T.Builder(builder.cost_model, split_trees=False)
     cost_in = T.from_function(f, written)[0].cost
     tick = time.monotonic()
@@ -141,8 +141,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     splits_fused = fuse_split_trees(f)
     unflattened = unflatten_matmuls(f)
     # the cost and op count of the function as written (split trees fused), which the search's cost
-    # model predicts except where a split tree could not be fused (a piece with another use, or more
-    # than MAX_ARITY pieces)
+    # model predicts except where a split tree could not be fused (more than MAX_ARITY pieces)
     g_out, _ = T.from_function(f, written)
     replay_s = time.monotonic() - tick
     return {

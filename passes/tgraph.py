@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import operator
 from collections import ChainMap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from taso_mlir.dialect import specs
@@ -218,22 +218,56 @@ class Builder:
         cost = 0.0
         if self.split_trees and kind == "split" and ins and split_axis(ins[0]) is not None and split_axis(ins[0]) == dict(attrs).get("axis"):
             # a split of a piece of a split on the same axis: the export makes the tree one split
-            # (``fuse_split_trees``), whose cost is the root's (the same bytes, one launch)
+            # (``fuse_split_trees``), whose cost is the root's (the same bytes, one launch), where
+            # nothing else uses the piece; where something does, the graph gives it its own cost
+            # (``_split_tree_costs``)
             pass
         elif kind != "arg":
-            in_shapes = tuple(n.shapes[v[1]] or () for n, v in zip(ins, operands))
-            ck = (kind, attrs, in_shapes, shapes, dtype, weight)
-            try:
-                cost = self._costs.get(ck)
-            except TypeError:  # an unhashable attribute value: not memoized here
-                ck, cost = None, None
-            if cost is None:
-                sig = OpSig(kind.removeprefix("other:"), attrs, in_shapes, tuple(s or () for s in shapes), dtype,
-                            weight)
-                cost = self.cost_model.cost(sig)
-                if ck is not None:
-                    self._costs[ck] = cost
+            cost = self.cost(kind, attrs, ins, operands, shapes, dtype, weight)
         return Node(kind, attrs, operands, shapes, dtype, weight, name, _contrib(name, onames), cost)
+
+    def cost(self, kind: str, attrs: tuple, ins: list, operands: tuple, shapes: tuple, dtype: str,
+             weight: bool) -> float:
+        """The op's own cost (``ins``: its operands' nodes)."""
+        in_shapes = tuple(n.shapes[v[1]] or () for n, v in zip(ins, operands))
+        ck = (kind, attrs, in_shapes, shapes, dtype, weight)
+        try:
+            cost = self._costs.get(ck)
+        except TypeError:  # an unhashable attribute value: not memoized here
+            ck, cost = None, None
+        if cost is None:
+            sig = OpSig(kind.removeprefix("other:"), attrs, in_shapes, tuple(s or () for s in shapes), dtype, weight)
+            cost = self.cost_model.cost(sig)
+            if ck is not None:
+                self._costs[ck] = cost
+        return cost
+
+
+def _split_tree_costs(builder: Builder, nodes, users, outputs: tuple, values) -> dict:
+    """The splits of a split's piece on the same axis among the users of ``values`` whose cost in the
+    graph (``nodes``, ``users(value)``: its user ids, once per use, ``outputs``) differs from their
+    node's: node id -> the node with that cost. Such a split costs 0 (``Builder.node``) only where
+    the piece has no other use, as ``fuse_split_trees`` makes it part of its parent only there; else
+    its own cost."""
+    out: dict = {}
+    if not builder.split_trees:
+        return out
+    for v in sorted(values):
+        p = nodes.get(v[0])
+        if p is None or p.kind != "split":
+            continue
+        us = users(v)
+        for s in sorted(set(us)):
+            n = nodes[s]
+            if split_axis(n) != split_axis(p):
+                continue
+            if len(us) == 1 and v not in outputs:
+                want = 0.0
+            else:
+                want = builder.cost(n.kind, n.attrs, [p], n.operands, n.shapes, n.dtype, n.weight)
+            if want != n.cost:
+                out[s] = replace(n, cost=want)
+    return out
 
 
 def split_axis(n: Node) -> Optional[int]:
@@ -712,12 +746,14 @@ def _targets(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, changes: dict, nodes
 def target_info(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> Optional[tuple]:
     """What the rewrite ``rewrite(rw, g, ops, b)`` adds, for costing it without building it: None
     where it changes whether a replaced value is computed from weights only (then the users' costs
-    change too, and only ``rewrite`` knows them), else (the costs of the target ops in order, the
-    positions of the mapped outputs whose producer changes from or to a split: a split using such
-    a value changes cost, see ``Builder.node``). Memoized by the rewrite, the variables' shapes,
-    weight flags and producers' split axes (``b`` in variable order), the element type and the
-    matched ops' weight flags: for a site of a graph it holds in every graph the site is inherited
-    by. The key includes the site's stride where the rule's is symbolic."""
+    change too, and only ``rewrite`` knows them) or where a target op is a split of a split's piece
+    on the same axis (its cost depends on the piece's other uses, ``_split_tree_costs``), else (the
+    costs of the target ops in order, the positions of the mapped outputs whose old or new producer
+    is a split: a split using such a value can change cost, see ``Builder.node``). Memoized by the
+    rewrite, the variables' shapes, weight flags and producers' split axes (``b`` in variable
+    order), the element type and the matched ops' weight flags: for a site of a graph it holds in
+    every graph the site is inherited by. The key includes the site's stride where the rule's is
+    symbolic."""
     gn = g.nodes
     dtype = gn[ops[-1]].dtype
     key = (rw.id, tuple((gn[x[0]].shapes[x[1]], gn[x[0]].weight, split_axis(gn[x[0]])) for x in b.values()), dtype,
@@ -728,8 +764,13 @@ def target_info(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder)
         nodes = ChainMap(changes, gn)
         ref_val = _targets(rw, g, ops, b, changes, nodes, builder, dtype)
         pairs = [(nodes[ref_val[rd][0]], gn[ops[G.parse_ref(rs)[0]]]) for rs, rd in zip(rw.src.outputs, rw.dst.outputs)]
-        if all(new.weight == old.weight for new, old in pairs):
-            moved = tuple(i for i, (new, old) in enumerate(pairs) if split_axis(new) != split_axis(old))
+        # a target split of a split's piece on the same axis: its cost depends on the piece's other
+        # uses in the child (``_split_tree_costs``)
+        nested = builder.split_trees and any(
+            split_axis(n) is not None and split_axis(nodes[n.operands[0][0]]) == split_axis(n) for n in changes.values())
+        if all(new.weight == old.weight for new, old in pairs) and not nested:
+            moved = tuple(i for i, (new, old) in enumerate(pairs)
+                          if split_axis(new) is not None or split_axis(old) is not None)
             # the target ops on variables alone: only they can equal an op of the graph (``_twin``)
             leaves = tuple((n.kind, n.attrs, tuple(rop.operands)) for n, rop in zip(changes.values(), rw.dst.ops)
                            if rop.operands and all(r in b for r in rop.operands))
@@ -742,17 +783,22 @@ def target_info(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder)
 
 def info_costs(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, info: Optional[tuple]) -> Optional[tuple]:
     """The target ops' costs from ``target_info``'s answer in g, or None where the rewrite changes the
-    cost of a user it does not build (a weight flag changes, or a split uses a mapped output whose
-    producer changes from or to a split) or a target op is an op g has (``_twin``: it costs nothing
-    new, and what uses it changes)."""
+    cost of a user it does not build (a weight flag changes, a split uses a mapped output whose old
+    or new producer is a split, or a split of a variable's piece on its producer's axis, whose other
+    uses change) or a target op is an op g has (``_twin``: it costs nothing new, and what uses it
+    changes)."""
     if info is None:
         return None
     costs, moved, leaves = info
     for kind, attrs, refs in leaves:
         if _twin(g, kind, attrs, tuple(b[r] for r in refs), ops) is not None:
             return None
+    uses, gn = g.uses(), g.nodes
+    for v in b.values():  # a split of a variable's piece: the rewrite changes the piece's other uses
+        ax = split_axis(gn[v[0]])
+        if ax is not None and any(u is not None and u not in ops and split_axis(gn[u]) == ax for u in uses.get(v, ())):
+            return None
     if moved:
-        uses, gn = g.uses(), g.nodes
         for i in moved:
             p = G.parse_ref(rw.src.outputs[i])
             if any(u is not None and gn[u].kind == "split" for u in uses.get((ops[p[0]], p[1]), ())):
@@ -825,6 +871,28 @@ def rewrite(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> 
         changes[u] = nn
         key = (key - n.contrib + nn.contrib) & MASK
         cost += nn.cost - n.cost
+    if builder.split_trees:
+        # a split of a split's piece costs 0 only where nothing else uses the piece: the splits using
+        # a value whose uses changed get the cost they have in the child
+        touched: set = set()
+        added: dict = {}  # value -> ids of changed nodes that use it (once per use)
+        for x, n in changes.items():
+            if x in gn:
+                touched.update(gn[x].operands)
+            if n is not None:
+                touched.update(n.operands)
+                for v in n.operands:
+                    added.setdefault(v, []).append(x)
+        if outputs != g.outputs:
+            touched.update(g.outputs)
+            touched.update(outputs)
+
+        def users(v):
+            return [x for x in uses.get(v, ()) if x is not None and x not in changes] + added.get(v, [])
+
+        for x, n in _split_tree_costs(builder, nodes, users, outputs, touched).items():
+            cost += n.cost - nodes[x].cost
+            changes[x] = n
     c = Child()
     c.parent, c.changes, c.outputs, c.next_id = g, changes, outputs, nid
     c.key, c.cost, c.num_ops = key, cost, g.num_ops - len(ops) + len(made)
@@ -886,6 +954,8 @@ def from_function(func_op, builder: Builder) -> tuple[TGraph, list]:
         nid += 1
         num_ops += 1
     g = TGraph(nodes, outputs, nid, 0, 0.0, num_ops)
+    uses = g.uses()
+    nodes.update(_split_tree_costs(builder, nodes, lambda v: [u for u in uses[v] if u is not None], outputs, uses))
     g.key = (key + _out_key(tuple(g.value_name(v) for v in outputs))) & MASK
     g.cost = sum(n.cost for n in nodes.values())
     return g, mlir_ops

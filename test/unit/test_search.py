@@ -425,7 +425,8 @@ def test_an_op_a_rewrite_would_duplicate_is_shared(tmp_path):
 def test_cost_after_counts_the_nested_splits_left_unfused(n, outer):
     """The report's costs before and after are those of the function as written: a split of a split's
     piece that cannot become part of it (n = 2: the piece is also returned; n = 16: the pieces would
-    be 17) runs as a split of its own, although the search's model charges it nothing."""
+    be 17) runs as a split of its own. The search's model knows the first (the piece has another
+    use), not the second."""
     width, inner = n * outer, outer // 2
     sizes = [outer] * n
     a = _split("a", "x", 1, sizes, f"2x{width}", [f"2x{outer}"] * n)
@@ -441,4 +442,29 @@ def test_cost_after_counts_the_nested_splits_left_unfused(n, outer):
             + cm.cost(OpSig("split", (("axis", 1), ("sizes", (inner, inner))), ((2, outer),), ((2, inner),) * 2, F32)))
     assert fr["splits_fused"] == 0
     assert fr["cost_before_ms"] == fr["cost_after_ms"] == pytest.approx(want, rel=1e-12)
-    assert fr["cost_searched_ms"] < fr["cost_after_ms"]
+    if n == 2:
+        assert fr["cost_searched_ms"] == fr["cost_after_ms"]
+    else:
+        assert fr["cost_searched_ms"] < fr["cost_after_ms"]
+
+
+def test_a_split_of_a_piece_used_elsewhere_costs_its_own_in_the_search():
+    """x @ W1 is returned and split in two; merging it with x @ W2 makes it a piece of a split, and its
+    split a split of a piece, which fuse_split_trees cannot make part of the parent (the piece is
+    returned too). The search must charge that split its cost: at these shapes the merge is then not
+    worth it, and the function is left as it was instead of written slower than it was."""
+    m, k, n, h = 256, 64, 64, 32
+    text = f"""
+func.func @f(%x: tensor<{m}x{k}xf32>) -> (tensor<{m}x{n}xf32>, tensor<{m}x{h}xf32>, tensor<{m}x{h}xf32>, tensor<{m}x{n}xf32>) {{
+  {_weight("w1", f"{k}x{n}")}
+  {_weight("w2", f"{k}x{n}", 0.25)}
+  %a = "taso.matmul"(%x, %w1) {{activation = "none"}} : (tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32>
+  %b = "taso.matmul"(%x, %w2) {{activation = "none"}} : (tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32>
+  {_split("s", "a", 1, [h, h], f"{m}x{n}", [f"{m}x{h}"] * 2)}
+  return %a, %s#0, %s#1, %b : tensor<{m}x{n}xf32>, tensor<{m}x{h}xf32>, tensor<{m}x{h}xf32>, tensor<{m}x{n}xf32>
+}}
+"""
+    _out, rep = run_search(text)
+    fr = rep["functions"][0]
+    assert fr["cost_after_ms"] <= fr["cost_before_ms"]
+    assert fr["cost_searched_ms"] == pytest.approx(fr["cost_after_ms"], rel=1e-9)

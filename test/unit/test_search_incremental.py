@@ -3,7 +3,8 @@ real searches, the sites inherited from the parent plus the ones found around th
 matching the whole window, the uses patched from the parent's equal uses built from the nodes, the
 ranks patched from the parent's are a topological order, and the cost of a child computed before it
 is built (from what an ancestor memoized, too) equals the built child's cost exactly, also where a
-split tree's nested splits change cost with their producer."""
+split tree's nested splits change cost with their producer or with their piece's other uses, and every
+node's cost is the one it has in a graph built from scratch."""
 
 from __future__ import annotations
 
@@ -18,22 +19,41 @@ from taso_mlir.passes import tgraph as T
 from taso_mlir.passes.cost import get_cost_model
 
 
+# four matmuls of one input, the first one's result also returned and split: merging them makes that
+# split a split of a piece with another use (its own cost), and merging more can make its piece's
+# other use go away
+_W = '"taso.weight"() {{name = "w{i}", value = dense<0.5> : tensor<64x64xf32>}} : () -> tensor<64x64xf32>'
+_MM = '"taso.matmul"(%x, %w{i}) {{activation = "none"}} : (tensor<256x64xf32>, tensor<64x64xf32>) -> tensor<256x64xf32>'
+SPLIT_USES = ("func.func @f(%x: tensor<256x64xf32>) -> (tensor<256x64xf32>, tensor<256x32xf32>, tensor<256x32xf32>, "
+              "tensor<256x64xf32>, tensor<256x64xf32>, tensor<256x64xf32>) {\n"
+              + "".join(f"  %w{i} = {_W.format(i=i)}\n  %m{i} = {_MM.format(i=i)}\n" for i in range(4))
+              + '  %s:2 = "taso.split"(%m0) {axis = 1 : i64, resultSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0, 0, '
+              "0, 0, 0, 0, 0, 0, 0>, sizes = array<i64: 32, 32>} : (tensor<256x64xf32>) -> (tensor<256x32xf32>, "
+              "tensor<256x32xf32>)\n"
+              "  return %m0, %s#0, %s#1, %m1, %m2, %m3 : tensor<256x64xf32>, tensor<256x32xf32>, tensor<256x32xf32>, "
+              "tensor<256x64xf32>, tensor<256x64xf32>, tensor<256x64xf32>\n}\n")
+
+
 def _graph(name: str, builder: T.Builder) -> T.TGraph:
     ctx = make_context()
     with ctx, ir.Location.unknown():
-        module = import_onnx(suite.build(name, quick=True), ctx)
+        if name == "split uses":
+            module = ir.Module.parse(SPLIT_USES)
+        else:
+            module = import_onnx(suite.build(name, quick=True), ctx)
         f = next(o.operation for o in module.body.operations if o.operation.name == "func.func")
         g, _ = T.from_function(f, builder)
     return g
 
 
-@pytest.mark.parametrize("name", ["nasrnn", "squeezenet", "inception3"])
+@pytest.mark.parametrize("name", ["nasrnn", "squeezenet", "inception3", "split uses"])
 def test_incremental_sites_uses_and_costs_match_a_fresh_computation(name, monkeypatch):
     builder = T.Builder(get_cost_model("analytic"))
     g0 = _graph(name, builder)
     rws = taso_search.rewrites()
     child_sites = T.child_sites
-    counts = {"graphs": 0, "sites": 0, "costs": 0, "patched ranks": 0, "nested splits": 0, "shared ops": 0}
+    counts = {"graphs": 0, "sites": 0, "costs": 0, "patched ranks": 0, "nested splits": 0, "shared ops": 0,
+              "nested splits costed": 0}
 
     def checked(rewrites, table, radius, g, parent_sites, index, rejected=None):
         got = child_sites(rewrites, table, radius, g, parent_sites, index, rejected)
@@ -49,6 +69,13 @@ def test_incremental_sites_uses_and_costs_match_a_fresh_computation(name, monkey
         counts["shared ops"] += bool(g.history and g.history[-1][3])
         counts["nested splits"] += any(T.split_axis(g.nodes[n.operands[0][0]]) is not None
                                        for n in g.nodes.values() if n.kind == "split")
+        # node costs as from scratch: a nested split costs 0 only where its piece has no other use
+        uses = fresh.uses()
+        assert T._split_tree_costs(builder, g.nodes, lambda v: [u for u in uses[v] if u is not None], g.outputs,
+                                   uses) == {}
+        assert g.cost == pytest.approx(sum(n.cost for n in g.nodes.values()), rel=1e-12)
+        counts["nested splits costed"] += any(n.cost > 0 and T.split_axis(g.nodes[n.operands[0][0]]) == T.split_axis(n)
+                                              for n in g.nodes.values() if n.kind == "split")
         for ri, ops, _k, b, cached in got:
             if T.check_global(rewrites[ri], g, ops, b) is None:
                 costs = T.target_costs(rewrites[ri], g, ops, b, builder)
@@ -63,11 +90,14 @@ def test_incremental_sites_uses_and_costs_match_a_fresh_computation(name, monkey
 
     monkeypatch.setattr(T, "child_sites", checked)
     best, stats = S.search(g0, rws, builder, S.Options(budget=30, window=40))
-    # what each model has at this budget: NasRNN all of it, Inception no shared op, SqueezeNet neither
+    # what each model has at this budget: NasRNN all of it, Inception no shared op, SqueezeNet neither,
+    # and only the small function a nested split whose piece has another use
     if name != "nasrnn":
         del counts["shared ops"]
     if name == "squeezenet":
         del counts["nested splits"]
+    if name != "split uses":
+        del counts["nested splits costed"]
     assert all(counts.values()), counts
     assert stats.popped > counts["graphs"]  # window roots are matched in full
     assert best.cost <= g0.cost
