@@ -31,6 +31,7 @@ from . import search as S
 from . import tgraph as T
 from .cost import get_cost_model
 from .flatten_matmul import flatten_shared_matmuls, unflatten_matmuls
+from .identities import drop_identities
 from .fold_batchnorm import fold_function
 
 _REWRITES: dict = {}
@@ -102,8 +103,13 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     if bn_folded:
         g0, mops = T.from_function(f, builder)
     g_bn = g0
+    # weight-only ops folded now, so that identities they reveal (x + a folded zero) go before the search
+    pre_folded = fold_weights(f)
+    identities = drop_identities(f) if pre_folded else 0
+    if pre_folded:
+        function_dce(f)
     flattened = flatten_shared_matmuls(f)
-    if flattened:
+    if pre_folded or flattened:
         g0, mops = T.from_function(f, builder)
     tick = time.monotonic()
 
@@ -137,6 +143,8 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
             raise TasoError(f"internal error: @{name}: the IR after the PDL rewrites differs from the graph "
                             "the search chose")
     folded = fold_weights(f)
+    if folded:
+        identities += drop_identities(f)
     function_dce(f)
     splits_fused = fuse_split_trees(f)
     unflattened = unflatten_matmuls(f)
@@ -156,7 +164,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "duplicates": stats.duplicates,
         "windows": stats.windows, "windows_skipped": stats.windows_skipped, "timed_out": stats.timed_out,
         "rejected_sites": dict(stats.rejected.most_common(8)),
-        "weights_folded": folded, "splits_fused": splits_fused,
+        "weights_folded": pre_folded + folded, "identities_dropped": identities, "splits_fused": splits_fused,
         "matmuls_flattened": flattened, "matmuls_unflattened": unflattened,
         "search_s": round(search_s, 3), "replay_s": round(replay_s, 3),
     }
@@ -270,7 +278,7 @@ def format_report(rep: dict) -> str:
                  f"{fr['graphs_popped']} graphs explored ({fr['graphs_generated']} generated, "
                  f"{fr['graphs_pruned']} not queued (cost >= alpha x best), {fr['duplicates']} duplicates) in {fr['windows']} window(s), search {fr['search_s']} s, "
                  f"PDL replay and folding {fr['replay_s']} s, {fr['weights_folded']} weight ops folded, "
-                 f"{fr['splits_fused']} nested splits fused"
+                 f"{fr['splits_fused']} nested splits fused, {fr['identities_dropped']} identity ops (x + 0, x * 1) dropped"
                  + (", TIMED OUT (best so far kept)" if fr["timed_out"] else ""))
         L.append(f"    batchnorm folding (before the search, included above): {fr['batchnorms_folded']} batchnorms "
                  f"folded into convolutions, cost {before:.4g} -> {fr['cost_after_fold_ms']:.4g} ms, ops "
