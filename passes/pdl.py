@@ -54,6 +54,22 @@ def _variants(rw: RB.Rewrite) -> list[tuple]:
     return list(itertools.product(*per_op))
 
 
+def variant_of(rw: RB.Rewrite, ops: list, b: dict, operands: list) -> int:
+    """The operand order (index into ``_variants``) in which a site's source ops read their operands:
+    ``ops`` the matched op ids in rule order, ``b`` the variables' values, ``operands[k]`` the values
+    op k reads. The first such order where operands repeat; 0 if none (not a site of ``rw``)."""
+    def value(ref):
+        if ref in b:
+            return b[ref]
+        i, j = G.parse_ref(ref)
+        return (ops[i], j)
+
+    for vi, variant in enumerate(_variants(rw)):
+        if all(tuple(value(r) for r in refs) == tuple(got) for refs, got in zip(variant, operands)):
+            return vi
+    return 0
+
+
 def pattern_names(rw: RB.Rewrite) -> list[str]:
     return [rw.id if i == 0 else f"{rw.id}_c{i}" for i in range(len(_variants(rw)))]
 
@@ -319,34 +335,40 @@ class Replayer:
         self.natives = Natives(rewrites)
         self._sets: dict = {}
 
-    def _set(self, rw: RB.Rewrite) -> PatternSet:
-        if rw.id not in self._sets:
-            text = "module {\n" + "\n".join(emit_pattern(rw, v, tagged=True)
-                                          for v in range(len(_variants(rw)))) + "\n}\n"
-            self._sets[rw.id] = PatternSet(text, self.natives)
-        return self._sets[rw.id]
+    def _set(self, rw: RB.Rewrite, variant: Optional[int]) -> PatternSet:
+        key = (rw.id, variant)
+        if key not in self._sets:
+            vs = range(len(_variants(rw))) if variant is None else [variant]
+            text = "module {\n" + "\n".join(emit_pattern(rw, v, tagged=True) for v in vs) + "\n}\n"
+            self._sets[key] = PatternSet(text, self.natives)
+        return self._sets[key]
 
-    def apply(self, func_op: ir.Operation, rw: RB.Rewrite, ops: list) -> list[ir.Operation]:
+    def apply(self, func_op: ir.Operation, rw: RB.Rewrite, ops: list,
+              variant: Optional[int] = None) -> list[ir.Operation]:
         """Rewrite ``rw`` at source ops ``ops`` (MLIR ops, rule order). Returns the created ops by
         target op index. Raises TasoError if the pattern did not apply (the search and the IR
-        disagree)."""
+        disagree). ``variant``: the operand order to apply (``variant_of``; None: any), so that the
+        target reads the variables in the order the search bound them."""
         block = func_op.regions[0].blocks[0]
         _order_for_site(block, ops)
         i64 = ir.IntegerType.get_signless(64)
         for k, o in enumerate(ops):
             o.attributes[SITE_ATTR] = ir.IntegerAttr.get(i64, k)
-        pset = self._set(rw)
+        pset = self._set(rw, variant)
         self.natives.last_reject = None
         apply_everywhere(func_op, pset, max_rewrites=1)
         made: dict = {}
+        tagged = 0
         for o in block.operations:
             op = o.operation
             if SITE_ATTR in op.attributes:
                 del op.attributes[SITE_ATTR]
+                tagged += 1
             if MADE_ATTR in op.attributes:
                 made[int(ir.IntegerAttr(op.attributes[MADE_ATTR]).value)] = op
                 del op.attributes[MADE_ATTR]
-        if len(made) != len(rw.dst.ops):
+        # applied: the target ops exist and the replaced op is gone (a target of no ops makes none)
+        if len(made) != len(rw.dst.ops) or tagged == len(ops):
             why = self.natives.last_reject or "no match"
             raise TasoError(f"internal error: rewrite {rw.id} did not apply at its site in the IR ({why})")
         return [made[k] for k in range(len(rw.dst.ops))]

@@ -124,8 +124,8 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     # replay on the IR with the PDL patterns
     tick = time.monotonic()
     op_of = dict(enumerate(mops))
-    for rid, matched, made, shared in best.history:
-        created = replayer.apply(f, by_id[rid], [op_of[n] for n in matched])
+    for rid, matched, made, shared, variant in best.history:
+        created = replayer.apply(f, by_id[rid], [op_of[n] for n in matched], variant)
         for k, (nid, op) in enumerate(zip(made, created)):
             if k in shared:  # the search shared an op the function has: use it instead of the new copy
                 old = op_of[nid]
@@ -136,7 +136,9 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
                 op.erase()
             else:
                 op_of[nid] = op
-    function_dce(f)
+        # the pattern replaced the ops of the mapped outputs; the other matched ops are dead now, and
+        # are removed before the next step, whose checks read the uses as the searched graph has them
+        function_dce(f)
     if best.history:
         g_ir, _ = T.from_function(f, builder)
         if T.structure(g_ir) != T.structure(best):

@@ -21,6 +21,7 @@ from taso_mlir.dialect import specs
 from taso_mlir.dialect.errors import TasoError
 from taso_mlir.generator import graph as G
 
+from . import pdl as P
 from . import rulebook as RB
 from .cost import OpSig
 
@@ -63,7 +64,8 @@ class TGraph:
         self._uses = None
         self._ranks = None
         # ((rewrite id, matched node ids, node id of each target op, the target ops that are old ops
-        # (``_targets``' sharing)), ...) from the original
+        # (``_targets``' sharing), the operand order of the match (``pdl.variant_of``)), ...) from
+        # the original
         self.history: tuple = ()
         self.parent = None  # the graph one rewrite before (None for a graph built from scratch)
         self.changes: dict = {}  # what that rewrite changed: node id -> new node, or None where removed
@@ -230,13 +232,15 @@ class Builder:
              weight: bool) -> float:
         """The op's own cost (``ins``: its operands' nodes)."""
         in_shapes = tuple(n.shapes[v[1]] or () for n, v in zip(ins, operands))
-        ck = (kind, attrs, in_shapes, shapes, dtype, weight)
+        weights = tuple(n.weight for n in ins)
+        ck = (kind, attrs, in_shapes, shapes, dtype, weight, weights)
         try:
             cost = self._costs.get(ck)
         except TypeError:  # an unhashable attribute value: not memoized here
             ck, cost = None, None
         if cost is None:
-            sig = OpSig(kind.removeprefix("other:"), attrs, in_shapes, tuple(s or () for s in shapes), dtype, weight)
+            sig = OpSig(kind.removeprefix("other:"), attrs, in_shapes, tuple(s or () for s in shapes), dtype, weight,
+                        weights)
             cost = self.cost_model.cost(sig)
             if ck is not None:
                 self._costs[ck] = cost
@@ -896,7 +900,8 @@ def rewrite(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> 
     c = Child()
     c.parent, c.changes, c.outputs, c.next_id = g, changes, outputs, nid
     c.key, c.cost, c.num_ops = key, cost, g.num_ops - len(ops) + len(made)
-    c.step = (rw.id, tuple(ops), by_target, tuple(sorted(shared)))
+    c.step = (rw.id, tuple(ops), by_target, tuple(sorted(shared)),
+              P.variant_of(rw, ops, b, [gn[o].operands for o in ops]))
     return c
 
 

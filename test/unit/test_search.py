@@ -468,3 +468,36 @@ func.func @f(%x: tensor<{m}x{k}xf32>) -> (tensor<{m}x{n}xf32>, tensor<{m}x{h}xf3
     fr = rep["functions"][0]
     assert fr["cost_after_ms"] <= fr["cost_before_ms"]
     assert fr["cost_searched_ms"] == pytest.approx(fr["cost_after_ms"], rel=1e-9)
+
+
+def test_replay_binds_commuted_operands_as_the_search_did():
+    """A rule on a commutative op matches either operand order; the replay applies the order the
+    search bound (``pdl.variant_of``), so the ops it makes read the variables as the searched graph's
+    do. R0118f: transpose(ewmul(x1, x3)) -> ewmul(transpose(x1), transpose(x3)), here on
+    ewmul(%y, %x) with x1 = %x."""
+    from taso_mlir.passes import pdl as P
+
+    text = """
+func.func @f(%x: tensor<2x4xf32>, %y: tensor<2x4xf32>) -> tensor<4x2xf32> {
+  %m = "taso.ewmul"(%y, %x) : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %t = "taso.transpose"(%m) {perm = array<i64: 1, 0>} : (tensor<2x4xf32>) -> tensor<4x2xf32>
+  return %t : tensor<4x2xf32>
+}
+"""
+    rw = next(r for r in taso_search.rewrites() if r.id == "R0118f")
+    ctx = make_context()
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(text)
+        f = m.body.operations[0].operation
+        g, mops = T.from_function(f, T.Builder(get_cost_model("analytic")))
+        ewmul, tr = (nid for nid, n in g.nodes.items() if n.kind in ("ewmul", "transpose"))
+        x, y = (0, 0), (1, 0)
+        for b, first in (({"x1": x, "x3": y}, 0), ({"x1": y, "x3": x}, 1)):
+            v = P.variant_of(rw, [ewmul, tr], b, [g.nodes[ewmul].operands, g.nodes[tr].operands])
+            mm = ir.Module.parse(text)
+            ff = mm.body.operations[0].operation
+            ops = [o.operation for o in ff.regions[0].blocks[0].operations][:2]
+            made = P.Replayer(taso_search.rewrites()).apply(ff, rw, ops, v)
+            args = ff.regions[0].blocks[0].arguments
+            assert made[0].operands[0] == args[first], (b, v)  # transpose(x1) reads x1
+            assert made[1].operands[0] == args[1 - first]
