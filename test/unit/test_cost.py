@@ -192,3 +192,28 @@ def test_corrupt_cache_is_ignored(cache, capsys):
     cache.write_text('{"devices": [1, 2]}')
     get_cost_model("cpu")
     assert "not a taso-mlir cost cache" in capsys.readouterr().err
+
+
+def test_cpu_times_weight_operands_as_initializers(cache):
+    """A weight operand is an initializer of the one-op model (as in the exported model, where
+    onnxruntime pre-packs it), an activation a graph input; the two are cached apart."""
+    from taso_mlir.passes.cost import _one_op_model
+
+    act = TINY_MM
+    wgt = OpSig(act.kind, act.attrs, act.in_shapes, act.out_shapes, weights=(False, True))
+    model = _one_op_model(wgt)
+    assert [i.name for i in model.graph.input] == ["x0"]
+    assert [t.name for t in model.graph.initializer] == ["x1"]
+    assert list(model.graph.initializer[0].dims) == list(act.in_shapes[1])
+    assert [i.name for i in _one_op_model(act).graph.input] == ["x0", "x1"]
+    assert wgt.key() != act.key()
+    assert OpSig(act.kind, act.attrs, act.in_shapes, act.out_shapes, weights=(False, False)).key() == act.key()
+    m = get_cost_model("cpu")
+    assert m.cost(wgt) > 0 and m.cost(act) > 0 and m.measured == 2
+    for sig in (conv((1, 8, 6, 6), 8, k=3, pad=1, bias=True),):  # conv: weight and bias operands
+        s = OpSig(sig.kind, sig.attrs, sig.in_shapes, sig.out_shapes, weights=(False, True, True))
+        assert m.cost(s) > 0
+    assert m.estimated == 0
+    m.close()
+    data = json.loads(cache.read_text())
+    assert len(next(iter(data["devices"].values()))) == 3
