@@ -149,6 +149,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         identities += drop_identities(f)
     function_dce(f)
     splits_fused = fuse_split_trees(f)
+    concats_fused = fuse_concat_trees(f)
     unflattened = unflatten_matmuls(f)
     # the cost and op count of the function as written (split trees fused), which the search's cost
     # model predicts except where a split tree could not be fused (more than MAX_ARITY pieces)
@@ -167,6 +168,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "windows": stats.windows, "windows_skipped": stats.windows_skipped, "timed_out": stats.timed_out,
         "rejected_sites": dict(stats.rejected.most_common(8)),
         "weights_folded": pre_folded + folded, "identities_dropped": identities, "splits_fused": splits_fused,
+        "concats_fused": concats_fused,
         "matmuls_flattened": flattened, "matmuls_unflattened": unflattened,
         "search_s": round(search_s, 3), "replay_s": round(replay_s, 3),
     }
@@ -210,6 +212,45 @@ def fold_weights(f: ir.Operation) -> int:
             values[w.results[0]] = None  # read back on demand, as the element type rounded it
         folded += 1
     return folded
+
+
+def fuse_concat_trees(f: ir.Operation) -> int:
+    """Make each concat that is an operand of another concat on the same axis, and has no other use,
+    part of it: one concat of all the pieces (at most ``specs.MAX_ARITY``), which reads and writes the
+    outer concat's bytes in one launch instead of copying the inner pieces twice. TASO's concat takes
+    two operands, so batching k tensors through rules leaves a chain of k - 1 concats (NasRNN's five
+    steps' inputs). The search does not count on it: the report's cost after (the function as
+    written) is where it shows. Returns the number of concats removed."""
+    block = f.regions[0].blocks[0]
+    fused = 0
+    changed = True
+    while changed:
+        changed = False
+        for op in [o.operation for o in block.operations]:
+            if op.name != "taso.concat":
+                continue
+            axis = taso_attrs(op)["axis"]
+            pieces, inner = [], None
+            for v in op.operands:
+                o = v.owner
+                p = o.operation if isinstance(o, ir.OpView) else None
+                if (inner is None and p is not None and p.name == "taso.concat" and taso_attrs(p)["axis"] == axis
+                        and len(list(v.uses)) == 1):
+                    inner = p
+                    pieces.extend(p.operands)
+                else:
+                    pieces.append(v)
+            if inner is None or len(pieces) > specs.MAX_ARITY:
+                continue
+            with ir.InsertionPoint(op):
+                new = create_taso_op("concat", pieces, [op.results[0].type], {"axis": axis}, loc=op.location)
+            op.results[0].replace_all_uses_with(new.results[0])
+            op.erase()
+            inner.erase()
+            fused += 1
+            changed = True
+            break
+    return fused
 
 
 def fuse_split_trees(f: ir.Operation) -> int:
@@ -280,7 +321,8 @@ def format_report(rep: dict) -> str:
                  f"{fr['graphs_popped']} graphs explored ({fr['graphs_generated']} generated, "
                  f"{fr['graphs_pruned']} not queued (cost >= alpha x best), {fr['duplicates']} duplicates) in {fr['windows']} window(s), search {fr['search_s']} s, "
                  f"PDL replay and folding {fr['replay_s']} s, {fr['weights_folded']} weight ops folded, "
-                 f"{fr['splits_fused']} nested splits fused, {fr['identities_dropped']} identity ops (x + 0, x * 1) dropped"
+                 f"{fr['splits_fused']} nested splits and {fr['concats_fused']} nested concats fused, "
+                 f"{fr['identities_dropped']} identity ops (x + 0, x * 1) dropped"
                  + (", TIMED OUT (best so far kept)" if fr["timed_out"] else ""))
         L.append(f"    batchnorm folding (before the search, included above): {fr['batchnorms_folded']} batchnorms "
                  f"folded into convolutions, cost {before:.4g} -> {fr['cost_after_fold_ms']:.4g} ms, ops "
