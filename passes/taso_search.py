@@ -123,22 +123,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     search_s = time.monotonic() - tick
     # replay on the IR with the PDL patterns
     tick = time.monotonic()
-    op_of = dict(enumerate(mops))
-    for rid, matched, made, shared, variant in best.history:
-        created = replayer.apply(f, by_id[rid], [op_of[n] for n in matched], variant)
-        for k, (nid, op) in enumerate(zip(made, created)):
-            if k in shared:  # the search shared an op the function has: use it instead of the new copy
-                old = op_of[nid]
-                if op.is_before_in_block(old):
-                    old.move_before(op)  # its operands are the copy's, defined before the copy
-                for a, r in zip(op.results, old.results):
-                    a.replace_all_uses_with(r)
-                op.erase()
-            else:
-                op_of[nid] = op
-        # the pattern replaced the ops of the mapped outputs; the other matched ops are dead now, and
-        # are removed before the next step, whose checks read the uses as the searched graph has them
-        function_dce(f)
+    replay(f, best, mops, replayer, by_id)
     if best.history:
         g_ir, _ = T.from_function(f, builder)
         if T.structure(g_ir) != T.structure(best):
@@ -172,6 +157,28 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "matmuls_flattened": flattened, "matmuls_unflattened": unflattened,
         "search_s": round(search_s, 3), "replay_s": round(replay_s, 3),
     }
+
+
+def replay(f: ir.Operation, best: T.TGraph, mops: list, replayer: P.Replayer, by_id: dict) -> None:
+    """Apply the searched graph's rewrites (``best.history``) to the function ``f`` whose ops by node
+    id are ``mops``, each with its PDL pattern at its site and in the operand order the search bound."""
+    op_of = dict(enumerate(mops))
+    for rid, matched, made, shared, variant in best.history:
+        created = replayer.apply(f, by_id[rid], [op_of[n] for n in matched], variant)
+        for k, (nid, op) in enumerate(zip(made, created)):
+            if k in shared:  # the search shared an op the function has: use it instead of the new copy
+                old = op_of[nid]
+                if op.is_before_in_block(old):
+                    old.move_before(op)  # its operands are the copy's, defined before the copy
+                for a, r in zip(op.results, old.results):
+                    a.replace_all_uses_with(r)
+                op.erase()
+            else:
+                op_of[nid] = op
+        # the pattern replaced the ops of the mapped outputs; the other matched ops are dead now, and
+        # are removed before the next step, whose checks read the uses as the searched graph has them
+        function_dce(f)
+    function_dce(f)
 
 
 def fold_weights(f: ir.Operation) -> int:

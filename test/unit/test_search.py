@@ -534,3 +534,41 @@ def test_concat_chains_are_fused_where_the_inner_concat_has_no_other_use():
         got = _eval_function(f, feeds)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+def test_replay_of_a_chain_that_leaves_dead_matched_ops():
+    """relu(ewmul(a, b)) rewritten four times in a row (the chain a NasRNN search took): relu -> T(relu(T x))
+    (R0034f), T(ewmul) -> ewmul(T, T) (R0118f), relu(T) <- T(relu) (R0056b), then R0118f again on the
+    ewmul the second step made. The third step leaves its matched relu dead in the IR, where it still
+    reads that ewmul; the replay removes dead ops after each step, so the fourth step's check sees the
+    uses the searched graph has, and the IR ends with the searched structure and the same values."""
+    from taso_mlir.passes import pdl as P
+
+    text = """
+func.func @f(%a: tensor<2x4xf32>, %b: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  %m = "taso.ewmul"(%a, %b) : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %r = "taso.relu"(%m) : (tensor<2x4xf32>) -> tensor<2x4xf32>
+  return %r : tensor<2x4xf32>
+}
+"""
+    rws = taso_search.rewrites()
+    by_id = {rw.id: rw for rw in rws}
+    builder = T.Builder(get_cost_model("analytic"))
+    ctx = make_context()
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(text)
+        f = m.body.operations[0].operation
+        rng = np.random.default_rng(0)
+        feeds = [rng.standard_normal((2, 4)).astype(np.float32) for _ in range(2)]
+        want = _eval_function(f, feeds)
+        g, mops = T.from_function(f, builder)
+        for rid in ("R0034f", "R0118f", "R0056b", "R0118f"):
+            ri = next(i for i, rw in enumerate(rws) if rw.id == rid)
+            sites = [s for s in T.all_sites(rws, g, T.Index(g, lambda nid: True)) if s[0] == ri]
+            ops, b = next((s[1], s[3]) for s in sites if T.check_global(rws[ri], g, s[1], s[3]) is None)
+            g = T.apply(rws[ri], g, ops, b, builder)
+        taso_search.replay(f, g, mops, P.Replayer(rws), by_id)
+        assert m.operation.verify()
+        g_ir, _ = T.from_function(f, builder)
+        assert T.structure(g_ir) == T.structure(g)
+        np.testing.assert_allclose(_eval_function(f, feeds)[0], want[0], rtol=1e-6)
