@@ -14,10 +14,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from taso_mlir.dialect import specs
 from taso_mlir.dialect.mlir import ir, make_context
-from taso_mlir.dialect.ops import taso_attrs
 from taso_mlir.passes import flatten_matmul as FM
+from unit_helpers import assert_same_in_onnxruntime, run_function
 
 
 def _w(name, shape, value):
@@ -45,19 +44,6 @@ func.func @f(%x: tensor<2x3x4xf32>, %y: tensor<2x3x4xf32>) -> (tensor<2x3x5xf32>
 """
 
 
-def _eval(f, feeds):
-    block = f.regions[0].blocks[0]
-    vals = {block.arguments[i]: a for i, a in enumerate(feeds)}
-    for o in block.operations:
-        op = o.operation
-        if op.name == "func.return":
-            return [vals[v] for v in op.operands]
-        outs = specs.evaluate(op.name[5:], [vals[v] for v in op.operands], taso_attrs(op),
-                              [tuple(ir.RankedTensorType(r.type).shape) for r in op.results])
-        vals.update(zip(op.results, outs))
-    raise AssertionError("no return")
-
-
 def _census(f):
     out = []
     for o in f.regions[0].blocks[0].operations:
@@ -80,18 +66,18 @@ def test_flatten_then_restore_keeps_the_values():
         f = m.body.operations[0].operation
         rng = np.random.default_rng(0)
         feeds = [rng.standard_normal((2, 3, 4)).astype(np.float32) for _ in range(2)]
-        want = _eval(f, feeds)
+        want = run_function(f, feeds)
         assert FM.flatten_shared_matmuls(f) == 3  # q, k, v; the matmul of y is alone
         assert m.operation.verify()
         assert _census(f) == sorted([("reshape", (6, 4)), ("matmul", (6, 5)), ("matmul", (6, 5)), ("matmul", (6, 6)),
                                      ("reshape", (2, 3, 5)), ("reshape", (2, 3, 5)), ("reshape", (2, 3, 6)),
                                      ("matmul", (2, 3, 5))])
-        for a, b in zip(_eval(f, feeds), want):
+        for a, b in zip(run_function(f, feeds), want):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
         assert FM.unflatten_matmuls(f) == 3
         assert m.operation.verify()
         assert _census(f) == sorted([("matmul", (2, 3, 5))] * 3 + [("matmul", (2, 3, 6))])
-        for a, b in zip(_eval(f, feeds), want):
+        for a, b in zip(run_function(f, feeds), want):
             np.testing.assert_array_equal(a, b)
 
 
@@ -136,13 +122,8 @@ def test_bert_style_projections_merge_end_to_end(tmp_path):
     fr = json.loads(rep.read_text())["functions"][0]
     assert fr["matmuls_flattened"] == 3 and fr["matmuls_unflattened"] == 0
     assert fr["cost_after_ms"] < fr["cost_before_ms"]
-    import onnxruntime as ort
-
     feeds = {"x": np.random.default_rng(1).standard_normal((1, 8, 64)).astype(np.float32)}
-    ya = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds)
-    yb = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds)
-    for a, b in zip(ya, yb):
-        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+    assert_same_in_onnxruntime(src, out, feeds, rtol=1e-5, atol=1e-5)
 
 
 def test_groups_the_search_leaves_alone_are_restored(tmp_path):

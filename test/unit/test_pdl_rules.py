@@ -14,12 +14,13 @@ import pytest
 
 from taso_mlir.dialect import specs
 from taso_mlir.dialect.mlir import func, ir, make_context
-from taso_mlir.dialect.ops import create_taso_op, dense_array, function_dce, taso_attrs
+from taso_mlir.dialect.ops import create_taso_op, function_dce
 from taso_mlir.generator import graph as G
 from taso_mlir.generator.candidates import SHAPE_VARIANTS, random_inputs, variant_shapes
 from taso_mlir.passes import pdl as P
 from taso_mlir.passes import rulebook as RB
 from taso_mlir.passes.taso_search import rewrites
+from unit_helpers import run_function
 
 REWRITES = rewrites()
 
@@ -49,28 +50,6 @@ def build_function(ctx, g: G.Graph, shapes: dict) -> tuple[ir.Module, list]:
                     vals[G.op_ref(k, j, op.num_results)] = o.results[j]
             func.ReturnOp([vals[r] for r in g.outputs])
     return m, ops
-
-
-def run_function(fop, inputs: list) -> list:
-    """Evaluate a function of taso ops with the reference semantics."""
-    block = fop.regions[0].blocks[0]
-    vals = dict(zip(block.arguments, inputs))
-    for o in block.operations:
-        op = o.operation
-        if op.name == "func.return":
-            return [vals[v] for v in op.operands]
-        kind = op.name[5:]
-        shapes = [tuple(ir.RankedTensorType(r.type).shape) for r in op.results]
-        if kind in specs.CONSTANTS:
-            outs = [specs.constant(kind, shapes[0], np.float64)]
-        elif kind == "weight":
-            outs = [dense_array(op.attributes["value"]).astype(np.float64)]
-        else:
-            a = {k: v for k, v in taso_attrs(op).items() if not k.startswith("taso.")}
-            outs = specs.evaluate(kind, [vals[v] for v in op.operands], a, shapes)
-        for r, x in zip(op.results, outs):
-            vals[r] = x
-    raise AssertionError("no return")
 
 
 _CTX: list = []

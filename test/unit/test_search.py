@@ -20,6 +20,7 @@ from taso_mlir.passes import taso_search
 from taso_mlir.passes import tgraph as T
 from taso_mlir.passes.cost import OpSig, get_cost_model
 from taso_mlir.passes.registry import build_pass_manager, run_pass_manager
+from unit_helpers import assert_same_in_onnxruntime, run_function
 
 F32 = "f32"
 
@@ -311,23 +312,6 @@ def _split(name, operand, axis, sizes, in_shape, piece_shapes):
             f'sizes = array<i64: {", ".join(map(str, sizes))}>}} : (tensor<{in_shape}xf32>) -> ({outs})')
 
 
-def _eval_function(f, feeds: list) -> list:
-    """The function's results by the operators' reference semantics (taso ops and returns only)."""
-    from taso_mlir.dialect import specs
-    from taso_mlir.dialect.ops import taso_attrs
-
-    block = f.regions[0].blocks[0]
-    vals = {block.arguments[i]: a for i, a in enumerate(feeds)}
-    for o in block.operations:
-        op = o.operation
-        if op.name == "func.return":
-            return [vals[v] for v in op.operands]
-        outs = specs.evaluate(op.name[5:], [vals[v] for v in op.operands], taso_attrs(op),
-                              [tuple(ir.RankedTensorType(r.type).shape) for r in op.results])
-        vals.update(zip(op.results, outs))
-    raise AssertionError("no return")
-
-
 FUSE_SPLITS = f"""
 func.func @f(%x: tensor<2x12xf32>) -> (tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x3xf32>, tensor<1x5xf32>,
                                        tensor<1x5xf32>, tensor<2x5xf32>, tensor<2x2xf32>) {{
@@ -349,13 +333,13 @@ def test_split_trees_are_fused_where_the_piece_has_no_other_use():
         m = ir.Module.parse(FUSE_SPLITS)
         f = m.body.operations[0].operation
         x = np.arange(24, dtype=np.float32).reshape(2, 12)
-        want = _eval_function(f, [x])
+        want = run_function(f, [x])
         assert taso_search.fuse_split_trees(f) == 1
         assert m.operation.verify()
         splits = [o.operation for o in f.regions[0].blocks[0].operations if o.operation.name == "taso.split"]
         sizes = sorted(list(ir.DenseI64ArrayAttr(s.attributes["sizes"])) for s in splits)
         assert sizes == [[1, 1], [1, 2], [2, 2, 3, 5]], sizes
-        got = _eval_function(f, [x])
+        got = run_function(f, [x])
     assert len(got) == len(want)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
@@ -383,13 +367,8 @@ def test_sibling_matmuls_become_one_matmul_and_one_split(tmp_path):
     assert fr["splits_fused"] == 2
     assert fr["cost_after_ms"] == pytest.approx(fr["cost_searched_ms"], rel=1e-9)
     assert fr["cost_after_ms"] < fr["cost_before_ms"]
-    import onnxruntime as ort
-
     feeds = {"x": rng.standard_normal((1, 64)).astype(np.float32)}
-    ya = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds)
-    yb = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds)
-    for a, b in zip(ya, yb):
-        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+    assert_same_in_onnxruntime(src, out, feeds, rtol=1e-5, atol=1e-5)
 
 
 def test_an_op_a_rewrite_would_duplicate_is_shared(tmp_path):
@@ -412,13 +391,8 @@ def test_an_op_a_rewrite_would_duplicate_is_shared(tmp_path):
     assert len(json.loads(rep.read_text())["functions"][0]["applied"]) == 2  # column merges, then the row merge
     fr = json.loads(rep.read_text())["functions"][0]
     assert fr["cost_after_ms"] == pytest.approx(fr["cost_searched_ms"], rel=1e-9)
-    import onnxruntime as ort
-
     feeds = {f"x{i}": rng.standard_normal((1, 512)).astype(np.float32) for i in (1, 2)}
-    ya = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds)
-    yb = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds)
-    for a, b in zip(ya, yb):
-        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+    assert_same_in_onnxruntime(src, out, feeds, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("n,outer", [(2, 6), (16, 2)])
@@ -525,13 +499,13 @@ def test_concat_chains_are_fused_where_the_inner_concat_has_no_other_use():
         f = m.body.operations[0].operation
         rng = np.random.default_rng(0)
         feeds = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(3)]
-        want = _eval_function(f, feeds)
+        want = run_function(f, feeds)
         assert taso_search.fuse_concat_trees(f) == 1
         assert m.operation.verify()
         arities = sorted(len(o.operation.operands) for o in f.regions[0].blocks[0].operations
                          if o.operation.name == "taso.concat")
         assert arities == [2, 2, 2, 3], arities
-        got = _eval_function(f, feeds)
+        got = run_function(f, feeds)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
 
@@ -560,7 +534,7 @@ func.func @f(%a: tensor<2x4xf32>, %b: tensor<2x4xf32>) -> tensor<2x4xf32> {
         f = m.body.operations[0].operation
         rng = np.random.default_rng(0)
         feeds = [rng.standard_normal((2, 4)).astype(np.float32) for _ in range(2)]
-        want = _eval_function(f, feeds)
+        want = run_function(f, feeds)
         g, mops = T.from_function(f, builder)
         for rid in ("R0034f", "R0118f", "R0056b", "R0118f"):
             ri = next(i for i, rw in enumerate(rws) if rw.id == rid)
@@ -571,4 +545,4 @@ func.func @f(%a: tensor<2x4xf32>, %b: tensor<2x4xf32>) -> tensor<2x4xf32> {
         assert m.operation.verify()
         g_ir, _ = T.from_function(f, builder)
         assert T.structure(g_ir) == T.structure(g)
-        np.testing.assert_allclose(_eval_function(f, feeds)[0], want[0], rtol=1e-6)
+        np.testing.assert_allclose(run_function(f, feeds)[0], want[0], rtol=1e-6)
