@@ -228,36 +228,44 @@ def fuse_concat_trees(f: ir.Operation) -> int:
     two operands, so batching k tensors through rules leaves a chain of k - 1 concats (NasRNN's five
     steps' inputs). The search does not count on it: the report's cost after (the function as
     written) is where it shows. Returns the number of concats removed."""
+    return _fuse_until_done(f, "taso.concat", _fuse_concat)
+
+
+def _fuse_until_done(f: ir.Operation, name: str, fuse) -> int:
+    """Call ``fuse(op)`` on the function's ops named ``name`` until none rewrites: ``fuse`` returns
+    True after replacing ``op`` and its partner (both erased; the walk starts over, as the block
+    changed). Returns the number of rewrites."""
     block = f.regions[0].blocks[0]
     fused = 0
-    changed = True
-    while changed:
-        changed = False
+    while True:
         for op in [o.operation for o in block.operations]:
-            if op.name != "taso.concat":
-                continue
-            axis = taso_attrs(op)["axis"]
-            pieces, inner = [], None
-            for v in op.operands:
-                o = v.owner
-                p = o.operation if isinstance(o, ir.OpView) else None
-                if (inner is None and p is not None and p.name == "taso.concat" and taso_attrs(p)["axis"] == axis
-                        and len(list(v.uses)) == 1):
-                    inner = p
-                    pieces.extend(p.operands)
-                else:
-                    pieces.append(v)
-            if inner is None or len(pieces) > specs.MAX_ARITY:
-                continue
-            with ir.InsertionPoint(op):
-                new = create_taso_op("concat", pieces, [op.results[0].type], {"axis": axis}, loc=op.location)
-            op.results[0].replace_all_uses_with(new.results[0])
-            op.erase()
-            inner.erase()
-            fused += 1
-            changed = True
-            break
-    return fused
+            if op.name == name and fuse(op):
+                fused += 1
+                break
+        else:
+            return fused
+
+
+def _fuse_concat(op: ir.Operation) -> bool:
+    axis = taso_attrs(op)["axis"]
+    pieces, inner = [], None
+    for v in op.operands:
+        o = v.owner
+        p = o.operation if isinstance(o, ir.OpView) else None
+        if (inner is None and p is not None and p.name == "taso.concat" and taso_attrs(p)["axis"] == axis
+                and len(list(v.uses)) == 1):
+            inner = p
+            pieces.extend(p.operands)
+        else:
+            pieces.append(v)
+    if inner is None or len(pieces) > specs.MAX_ARITY:
+        return False
+    with ir.InsertionPoint(op):
+        new = create_taso_op("concat", pieces, [op.results[0].type], {"axis": axis}, loc=op.location)
+    op.results[0].replace_all_uses_with(new.results[0])
+    op.erase()
+    inner.erase()
+    return True
 
 
 def fuse_split_trees(f: ir.Operation) -> int:
@@ -266,37 +274,30 @@ def fuse_split_trees(f: ir.Operation) -> int:
     and writes the same bytes in one launch. TASO's rules split in two; a search that merges k
     matmuls or convolutions leaves a tree of k - 1 splits, and the search costs the tree as its root
     split (``tgraph.Builder.node``). Returns the number of splits removed."""
-    block = f.regions[0].blocks[0]
-    fused = 0
-    changed = True
-    while changed:
-        changed = False
-        for op in [o.operation for o in block.operations]:
-            if op.name != "taso.split":
-                continue
-            piece = op.operands[0]
-            if not isinstance(piece.owner, ir.OpView) or piece.owner.operation.name != "taso.split":
-                continue
-            parent = piece.owner.operation
-            a_in, a_out = taso_attrs(parent), taso_attrs(op)
-            if a_in["axis"] != a_out["axis"] or len(list(piece.uses)) != 1:
-                continue
-            k = ir.OpResult(piece).result_number
-            if len(parent.results) - 1 + len(op.results) > specs.MAX_ARITY:
-                continue
-            sizes = list(a_in["sizes"][:k]) + list(a_out["sizes"]) + list(a_in["sizes"][k + 1:])
-            olds = list(parent.results[:k]) + list(op.results) + list(parent.results[k + 1:])
-            with ir.InsertionPoint(parent):
-                new = create_taso_op("split", [parent.operands[0]], [r.type for r in olds],
-                                     {"axis": a_in["axis"], "sizes": sizes}, loc=parent.location)
-            for old, r in zip(olds, new.results):
-                old.replace_all_uses_with(r)
-            op.erase()
-            parent.erase()
-            fused += 1
-            changed = True
-            break
-    return fused
+    return _fuse_until_done(f, "taso.split", _fuse_split)
+
+
+def _fuse_split(op: ir.Operation) -> bool:
+    piece = op.operands[0]
+    if not isinstance(piece.owner, ir.OpView) or piece.owner.operation.name != "taso.split":
+        return False
+    parent = piece.owner.operation
+    a_in, a_out = taso_attrs(parent), taso_attrs(op)
+    if a_in["axis"] != a_out["axis"] or len(list(piece.uses)) != 1:
+        return False
+    k = ir.OpResult(piece).result_number
+    if len(parent.results) - 1 + len(op.results) > specs.MAX_ARITY:
+        return False
+    sizes = list(a_in["sizes"][:k]) + list(a_out["sizes"]) + list(a_in["sizes"][k + 1:])
+    olds = list(parent.results[:k]) + list(op.results) + list(parent.results[k + 1:])
+    with ir.InsertionPoint(parent):
+        new = create_taso_op("split", [parent.operands[0]], [r.type for r in olds],
+                             {"axis": a_in["axis"], "sizes": sizes}, loc=parent.location)
+    for old, r in zip(olds, new.results):
+        old.replace_all_uses_with(r)
+    op.erase()
+    parent.erase()
+    return True
 
 
 def _np_dtype(et) -> np.dtype:
