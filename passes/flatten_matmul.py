@@ -53,15 +53,15 @@ def flatten_shared_matmuls(f: ir.Operation) -> int:
     operands as matmuls of one shared 2-D reshape of it (module docstring). Returns the number of
     matmuls rewritten."""
     block = f.regions[0].blocks[0]
-    groups, seen = [], []
+    groups, seen = [], set()
     for o in block.operations:  # groups first (nothing is erased while the block is walked)
         op = o.operation
         if op.name != "taso.matmul" or not len(op.operands):
             continue
         x = op.operands[0]
-        if any(x == v for v in seen):
+        if x in seen:
             continue
-        seen.append(x)
+        seen.add(x)
         group = []
         for use in x.uses:
             u = use.owner.operation if isinstance(use.owner, ir.OpView) else use.owner

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from taso_mlir.dialect.convert_onnx_to_taso import _weight_of
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import dense_array
 
@@ -22,9 +23,8 @@ _NEUTRAL = {"taso.ewadd": 0.0, "taso.ewmul": 1.0, "taso.smul": 1.0}
 
 
 def _constant_value(v: ir.Value):
-    o = v.owner
-    op = o.operation if isinstance(o, ir.OpView) else o
-    if not isinstance(op, ir.Operation) or op.name != "taso.weight":
+    op = _weight_of(v)
+    if op is None:
         return None
     value = op.attributes["value"]
     if not isinstance(value, ir.DenseElementsAttr):
