@@ -229,7 +229,12 @@ def colliding(fps_list) -> np.ndarray:
     return u[c > 1]
 
 
-def find_candidates(members: list, cfg: Config, n_graphs: int, log=print) -> tuple[list[Candidate], dict]:
+def _pair_key_job(args):
+    a, b, classes = args
+    return pair_key(a, b, classes)
+
+
+def find_candidates(members: list, cfg: Config, n_graphs: int, log=print, jobs: int = 1) -> tuple[list[Candidate], dict]:
     counts = {"graphs": n_graphs}
     groups: dict[int, list] = {}
     for fp, m in sorted(members, key=lambda x: (x[0], x[1].graph.text())):
@@ -238,7 +243,13 @@ def find_candidates(members: list, cfg: Config, n_graphs: int, log=print) -> tup
     pairs: list[Candidate] = []
     n_cand = n_common = 0
     for fp, ms in groups.items():
-        keys = [_size_key(m.graph, classes) for m in ms]
+        memo: dict = {}
+
+        def key(i):  # (only for graphs in a pair that survives common-subgraph pruning)
+            got = memo.get(i)
+            if got is None:
+                got = memo[i] = _size_key(ms[i].graph, classes)
+            return got
         edges = []
         for (ia, a), (ib, b) in itertools.combinations(enumerate(ms), 2):
             if sorted(a.sink_hashes) != sorted(b.sink_hashes) or len(set(a.sink_hashes)) != len(a.sink_hashes):
@@ -250,7 +261,8 @@ def find_candidates(members: list, cfg: Config, n_graphs: int, log=print) -> tup
             if a.sigs & b.sigs:
                 continue
             n_common += 1
-            edges.append((max(keys[ia], keys[ib]), min(keys[ia], keys[ib]), ia, ib))
+            ka, kb = key(ia), key(ib)
+            edges.append((max(ka, kb), min(ka, kb), ia, ib))
         # transitivity: keep a spanning forest of the surviving pairs, smallest graphs first
         parent = list(range(len(ms)))
 
@@ -264,7 +276,7 @@ def find_candidates(members: list, cfg: Config, n_graphs: int, log=print) -> tup
             if ra == rb:
                 continue
             parent[ra] = rb
-            if keys[ib] < keys[ia]:
+            if key(ib) < key(ia):
                 ia, ib = ib, ia  # a: the smaller graph
             a, b = ms[ia], ms[ib]
             pos = {h: k for k, h in enumerate(b.sink_hashes)}  # order b's outputs like a's
@@ -278,8 +290,14 @@ def find_candidates(members: list, cfg: Config, n_graphs: int, log=print) -> tup
 
     seen = set()
     kept = []
-    for c in pairs:
-        k = pair_key(c.a, c.b, classes)
+    work = [(c.a, c.b, classes) for c in pairs]
+    if jobs > 1 and len(work) > 1000:
+        import multiprocessing as mp
+        with mp.get_context("fork").Pool(jobs) as pool:
+            pkeys = pool.map(_pair_key_job, work, chunksize=256)
+    else:
+        pkeys = [_pair_key_job(w) for w in work]
+    for c, k in zip(pairs, pkeys):
         if k in seen:
             continue
         seen.add(k)
