@@ -104,14 +104,18 @@ class Config:
 
 #: The configurations of the shipped libraries (``taso-gen --family``), by name.
 #:
-#: ``base``: TASO's operators and inputs (the library ``rules.jsonl``).
+#: ``base``: TASO's operators and inputs, N = 3 (the library ``rules.jsonl``).
+#: ``base-n4``: the same at N = 4, less what ``base`` has or derives (``rules-n4.jsonl``): generated with
+#: the proved ``base`` rules to derive from, so it holds the rules with a side of 4 ops that those do not
+#: give (``pipeline.generate``'s ``derive_from``).
 #: ``conv-bias``: convolutions with a bias operand (what exported CNNs and folded batch norms have), with
 #: the ops that fuse, merge and enlarge them. Weight-only ops (the concat of two kernels or two biases,
 #: enlarge) do not count towards ``max_ops``: a biased merge of a 1x1 and a 3x3 convolution needs three
 #: of them beside the convolution and the split. At most two convolutions, both on the input activation
 #: (siblings: what merges rewrite), and one relu (``rules-conv-bias.jsonl``).
 FAMILIES = {
-    "base": Config(),
+    "base": Config(max_ops=3),
+    "base-n4": Config(max_ops=4, id_prefix="F"),
     "conv-bias": Config(
         max_ops=3, max_weight_ops=3,
         inputs=(InputSpec("i1", (2, 4, 5, 5), "act"), InputSpec("c1", (4, 4, 3, 3), "weight"), InputSpec("c2", (4, 4, 3, 3), "weight"),

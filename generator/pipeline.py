@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
+from pathlib import Path
 
 import numpy as np
 
 from . import candidates as C
-from . import graph as G
 from . import library
 from .enumerate import Config, Enumerator
 
@@ -73,10 +73,65 @@ def base_op_count(cfg: Config) -> int:
     return len(Enumerator(cfg).base_ops)
 
 
-def generate(cfg: Config, jobs: int = 1, progress=None, log=print, derive_from=None) -> tuple[dict, list[dict]]:
+def _derive_init(rewrites):
+    global _DERIVER
+    from .egraph import Deriver
+    _DERIVER = Deriver(rewrites)
+
+
+def _derive_one(args):
+    a, b, shapes = args
+    before = _DERIVER.failed
+    return _DERIVER.derivable(a, b, shapes), _DERIVER.failed - before
+
+
+def derive_parallel(cands: list, inputs: dict, rewrites: list, jobs: int, progress=None) -> tuple[list, int]:
+    """The candidates that the rewrites do not derive (``egraph.Deriver``), and how many checks failed
+    (those candidates are kept)."""
+    work = [(c.a, c.b, {v: inputs[v][0] for v in set(c.a.inputs()) | set(c.b.inputs())}) for c in cands]
+    if jobs <= 1 or len(work) < 64:
+        _derive_init(rewrites)
+        flags, failed = [], 0
+        for w in work:
+            ok, f = _derive_one(w)
+            flags.append(ok)
+            failed += f
+            if progress:
+                progress(1)
+    else:
+        flags, failed = [], 0
+        with mp.get_context("fork").Pool(jobs, _derive_init, (rewrites,)) as pool:
+            for ok, f in pool.imap(_derive_one, work, chunksize=32):
+                flags.append(ok)
+                failed += f
+                if progress:
+                    progress(1)
+    return [c for c, d in zip(cands, flags) if not d], failed
+
+
+def _in_base(cfg: Config, base_paths: list) -> int:
+    """The largest N of a derive-from library generated with this configuration otherwise (its pairs
+    with no side above that N are its own candidates, verified there); 0 if none."""
+    n = 0
+    for p in base_paths:
+        header, _ = library.read(p)
+        other = header.get("config")
+        if other and {**other, "max_ops": 0, "id_prefix": ""} == {**cfg.to_json(), "max_ops": 0, "id_prefix": ""}:
+            n = max(n, int(other["max_ops"]))
+    return n
+
+
+def generate(cfg: Config, jobs: int = 1, progress=None, log=print, derive_from=None,
+             derive_progress=None) -> tuple[dict, list[dict]]:
     """Run the generator; returns the library header and the rule records (proof: unverified).
-    ``derive_from``: rules files (comma-separated) whose proved rules make a candidate redundant where
-    they derive it (``derive.Deriver``: one rewrite from each side meets); such candidates are dropped."""
+    ``derive_from``: rules files (comma-separated) whose rules make a candidate redundant where they
+    derive it (``egraph.Deriver``: equality saturation with them and concat associativity); such
+    candidates are dropped. The rules used are the proved ones and those that passed the generator's
+    tests but did not prove ("unknown"): Ruler's choice, as pruning can only drop a candidate, never
+    make a rule usable, and a candidate that follows from an equivalence Z3 cannot prove (the
+    avgpool-conv commutation, a concat rearrangement) would mostly not prove either. A candidate of a
+    derive-from library with the same configuration and a smaller N (both sides within its N) is that
+    library's, and is dropped too."""
     times = {}
     t0 = time.perf_counter()
     members, n_graphs = enumerate_parallel(cfg, jobs, progress)
@@ -84,10 +139,29 @@ def generate(cfg: Config, jobs: int = 1, progress=None, log=print, derive_from=N
     log(f"enumerated {n_graphs} graphs in {times['enumerate']:.1f} s; "
         f"{len(members)} share a fingerprint with another graph")
     t1 = time.perf_counter()
-    cands, counts = C.find_candidates(members, cfg, n_graphs, log=log)
+    cands, counts = C.find_candidates(members, cfg, n_graphs, log=log, jobs=jobs)
     times["prune"] = time.perf_counter() - t1
-    t2 = time.perf_counter()
     inputs = {s.name: (s.shape, s.kind) for s in cfg.inputs}
+    derived_from = None
+    if derive_from:
+        from . import egraph
+        t3 = time.perf_counter()
+        paths = [p for p in str(derive_from).split(",") if p]
+        base_n = _in_base(cfg, paths)
+        if base_n:
+            cands = [c for c in cands if max(len(c.a.ops), len(c.b.ops)) > base_n]
+            counts["beyond_base"] = len(cands)
+            log(f"  {len(cands)} with a side of more than {base_n} ops (the others are the N = {base_n} library's)")
+        rewrites = egraph.load_rewrites(paths, ("proved", "unknown")) + egraph.concat_associativity()
+        cands, failed = derive_parallel(cands, inputs, rewrites, jobs,
+                                        derive_progress(len(cands)) if derive_progress else None)
+        counts["after_derivability"] = len(cands)
+        times["derivability"] = time.perf_counter() - t3
+        derived_from = {"files": [Path(p).name for p in paths], "rewrites": len(rewrites),
+                        **({"base_max_ops": base_n} if base_n else {})}
+        log(f"  {len(cands)} not derivable from the {len(rewrites)} rewrites of {derive_from} "
+            f"and concat associativity ({failed} could not be checked and are kept)")
+    t2 = time.perf_counter()
     rng = np.random.default_rng(cfg.seed + 2)
     records = []
     for c in cands:
@@ -104,17 +178,6 @@ def generate(cfg: Config, jobs: int = 1, progress=None, log=print, derive_from=N
             "proof": {"status": "unverified", "time_s": 0.0, "axioms": [], "reason": ""},
         })
     counts["usable"] = len(records)
-    if derive_from:
-        t3 = time.perf_counter()
-        from .derive import Deriver
-        deriver = Deriver(derive_from)
-        records = [r for r in records if not deriver.derivable(
-            G.Graph.from_json(r["src"]), G.Graph.from_json(r["dst"]),
-            {v: tuple(shape) for v, (shape, _kind) in r["inputs"].items()})]
-        counts["after_derivability"] = len(records)
-        times["derivability"] = time.perf_counter() - t3
-        log(f"  {len(records)} not derivable from the proved rules of {derive_from} "
-            f"({deriver.failed} could not be checked and are kept)")
     records.sort(key=lambda r: (r["ops"][0] + r["ops"][1], r["text"]))
     for i, r in enumerate(records):
         r["id"] = f"{cfg.id_prefix}{i + 1:04d}"
@@ -123,4 +186,6 @@ def generate(cfg: Config, jobs: int = 1, progress=None, log=print, derive_from=N
     log(f"  {len(records)} usable rules (a direction whose source binds every variable)")
     header = {"config": cfg.to_json(), "counts": counts, "times_s": {k: round(v, 2) for k, v in times.items()},
               "jobs": jobs, "preconditions": library.PRECONDITIONS, "commutative": library.COMMUTATIVE}
+    if derived_from:
+        header["derived_from"] = derived_from
     return header, records
