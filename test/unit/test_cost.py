@@ -217,3 +217,29 @@ def test_cpu_times_weight_operands_as_initializers(cache):
     m.close()
     data = json.loads(cache.read_text())
     assert len(next(iter(data["devices"].values()))) == 3
+
+
+def test_cpu_split_of_a_4d_tensor_costs_its_pieces_reorders(cache):
+    """onnxruntime keeps chains of convolutions in its blocked layout, and Split has no blocked kernel:
+    a 4-D split costs its own copy plus each piece's reorders, measured as what a chain of two 1x1
+    convolutions on the piece's shape saves over the two alone, and cached like a signature."""
+    from taso_mlir.passes.cost import _conv_chain_models
+
+    one, two = _conv_chain_models((1, 16, 9, 9))
+    assert [n.op_type for n in one.graph.node] == ["Conv"] and [n.op_type for n in two.graph.node] == ["Conv"] * 2
+    assert [list(t.dims) for t in two.graph.initializer] == [[16, 16, 1, 1]] * 2
+    m = get_cost_model("cpu")
+    m.repeats, m.target_s = 3, 1e-4
+    x = (1, 32, 9, 9)
+    s4 = split(x, 1, (8, 24))
+    total, own = m.cost(s4), m._op_cost(s4)
+    pieces = [m._reorder((1, 8, 9, 9)), m._reorder((1, 24, 9, 9))]
+    assert all(r >= 0 for r in pieces) and total == pytest.approx(own + sum(pieces))
+    assert m.layouts_measured == 2 and m.measured == 1
+    s2 = split((4, 32), 1, (8, 24))  # 2-D: no layout effect
+    assert m.cost(s2) == m._op_cost(s2)
+    m.close()
+    entries = next(iter(json.loads(cache.read_text())["devices"].values()))
+    assert sum(k.startswith('["nchwc-reorder"') for k in entries) == 2
+    again = get_cost_model("cpu")
+    assert again.cost(s4) == pytest.approx(total) and again.measured == 0 and again.layouts_measured == 0
