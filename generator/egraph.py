@@ -155,7 +155,10 @@ class Rewrite:
             cands = index.get(op.name, ()) if c is None else [(n, c) for n in members.get(c, ()) if n[0] == op.name]
             for node, nc in cands:
                 _name, attrs, kids, j = node
-                if j != i or any(a != v for a, v in ((dict(attrs).get(a), v) for a, v in fixed[k].items())):
+                if j != i:
+                    continue
+                ad = dict(attrs)
+                if any(ad.get(a) != v for a, v in fixed[k].items()):
                     continue
                 if op.num_results == 1:
                     res = [nc]
@@ -184,7 +187,7 @@ class Rewrite:
                 got = eg.memo.get(eg.canon((op.name, _concrete(op, s_shapes), tuple(bind[r] for r in op.operands), 0)))
                 if got is None or eg.find(got) != c:
                     return False
-            d_shapes = G.infer(self.dst, {**shapes})
+            d_shapes = G.infer(self.dst, shapes)
         except (specs.SpecError, KeyError, IndexError, ValueError):
             return False
         if [s_shapes[o] for o in self.src.outputs] != [d_shapes[o] for o in self.dst.outputs]:
