@@ -259,22 +259,25 @@ def _ref_conv2d(ins, a, _outs=None):
 
 
 def _shape_matmul(ins, a, _hint=None):
-    x, y = ins
+    x, y = ins[0], ins[1]
     if len(x) < 2 or len(y) < 2:
         raise SpecError(f"matmul needs operands of rank >= 2, got {list(x)} and {list(y)}")
     if x[-1] != y[-2]:
         raise SpecError(f"matmul: inner dimensions disagree: {list(x)} x {list(y)}")
+    if len(ins) > 2 and tuple(ins[2]) != (y[-1],):
+        raise SpecError(f"matmul: bias shape {list(ins[2])} is not [{y[-1]}]")
     batch = broadcast_shape(x[:-2], y[:-2])
     return [tuple(batch) + (x[-2], y[-1])]
 
 
 def _ref_matmul(ins, a, _outs=None):
-    x, y = ins
-    _shape_matmul([x.shape, y.shape], a)
-    if _is_int(x, y):
-        out = np.matmul(x, y)
-    else:
-        out = np.matmul(_f64(x), _f64(y))
+    x, y = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    _shape_matmul([t.shape for t in ins], a)
+    exact = _is_int(x, y)
+    out = np.matmul(x, y) if exact else np.matmul(_f64(x), _f64(y))
+    if b is not None:
+        out = out + (b if exact else _f64(b))  # one value per output column
     return [_finish(_activation(out, a["activation"]), x)]
 
 
@@ -549,7 +552,14 @@ def _export_conv2d(site):
 
 
 def _export_matmul(site):
-    _with_activation(site, "MatMul", site.inputs)
+    if len(site.inputs) < 3:
+        _with_activation(site, "MatMul", site.inputs)
+    elif len(site.in_shapes[0]) == 2 and len(site.in_shapes[1]) == 2 and site.opset >= 7:
+        _with_activation(site, "Gemm", site.inputs)  # Gemm-7+: C broadcasts unidirectionally
+    else:
+        t = site.tmp("product")
+        site.node("MatMul", site.inputs[:2], [t])
+        _with_activation(site, "Add", [t, site.inputs[2]])
 
 
 def _simple(op_type):
@@ -643,8 +653,9 @@ _add(OpSpec("conv2d", "2-D convolution (NCHW, OIHW) with optional bias and fused
             operands=("input", "weight"), optional_operands=("bias",),
             attrs=(_STRIDES, _PADS, AttrSpec("dilations", "ints", (1, 1)), AttrSpec("group", "int", 1), _ACT),
             shape=_shape_conv2d, ref=_ref_conv2d, onnx_ops=("Conv",), to_onnx=_export_conv2d))
-_add(OpSpec("matmul", "batched matrix product (numpy matmul broadcasting) with fused activation",
-            operands=("lhs", "rhs"), attrs=(_ACT,),
+_add(OpSpec("matmul", "batched matrix product (numpy matmul broadcasting) with optional bias (one value per "
+            "output column) and fused activation",
+            operands=("lhs", "rhs"), optional_operands=("bias",), attrs=(_ACT,),
             shape=_shape_matmul, ref=_ref_matmul, onnx_ops=("MatMul",), to_onnx=_export_matmul))
 _add(OpSpec("ewadd", "elementwise addition (ONNX broadcasting)", operands=("lhs", "rhs"),
             shape=_shape_binary, ref=_ref_ewadd, onnx_ops=("Add",), to_onnx=_simple("Add")))

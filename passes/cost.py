@@ -178,7 +178,7 @@ def _gemm(sig: OpSig):
             g = max(1, int(dict(sig.attrs).get("group", 1)))
             return g, n * oh * ow, o // g, w[1] * w[2] * w[3]
         if sig.kind == "matmul":
-            x, y = sig.in_shapes
+            x, y = sig.in_shapes[0], sig.in_shapes[1]
             out = sig.out_shapes[0]
             b, m, n, kk = _numel(out[:-2]), out[-2], out[-1], x[-1]
             if _numel(y[:-2]) == 1:  # a shared right operand: the batch folds into M (one GEMM)
@@ -513,7 +513,7 @@ def _one_op_model(sig: OpSig):
         node = _BUILDERS[sig.kind](a, ins, ["pre"] if relu else outs, sig, inits)
     except (KeyError, IndexError, TypeError, ValueError):
         return None
-    nodes = [node] + ([helper.make_node("Relu", ["pre"], outs)] if relu else [])
+    nodes = (node if isinstance(node, list) else [node]) + ([helper.make_node("Relu", ["pre"], outs)] if relu else [])
     rng = np.random.default_rng(0)
     npdt = _NP_DTYPES[sig.dtype]
     weights = [numpy_helper.from_array(rng.uniform(0.5, 1.5, size=tuple(s)).astype(npdt), n)
@@ -540,6 +540,17 @@ def _mk(op, init=None, **attr_fns):
     return build
 
 
+def _matmul_nodes(ins, outs, sig):
+    """As the export writes a matmul: MatMul, or with a bias Gemm (2-D) or MatMul + Add."""
+    from onnx import helper
+
+    if len(ins) < 3:
+        return helper.make_node("MatMul", ins, outs)
+    if len(sig.in_shapes[0]) == 2 and len(sig.in_shapes[1]) == 2:
+        return helper.make_node("Gemm", ins, outs)
+    return [helper.make_node("MatMul", ins[:2], ["product"]), helper.make_node("Add", ["product", ins[2]], outs)]
+
+
 def _ints(name, default=None):
     return lambda a: [int(v) for v in (a[name] if default is None else a.get(name, default))]
 
@@ -556,7 +567,7 @@ _WINDOW = dict(kernel_shape=_ints("kernel_shape"), strides=_ints("strides", (1, 
 _BUILDERS = {
     "conv2d": _mk("Conv", strides=_ints("strides", (1, 1)), pads=_ints("pads", (0, 0, 0, 0)),
                   dilations=_ints("dilations", (1, 1)), group=lambda a: int(a.get("group", 1))),
-    "matmul": _mk("MatMul"),
+    "matmul": lambda a, ins, outs, sig, inits: _matmul_nodes(ins, outs, sig),
     "ewadd": _mk("Add"),
     "ewmul": _mk("Mul"),
     "smul": _mk("Mul"),

@@ -16,7 +16,7 @@
 // CHECK: %[[R:.*]] = "taso.relu"(%[[C]])
 // CHECK: %[[F:.*]] = "taso.reshape"(%[[R]]) {shape = array<i64: 1, 64>}
 // CHECK: %[[FCW:.*]] = "taso.weight"() {name = "fcw.T", value = dense_resource<__elided__> : tensor<64x10xf32>}
-// CHECK: %[[M:.*]] = "taso.matmul"(%[[F]], %[[FCW]]) {activation = "none"}
+// CHECK: %[[M:.*]] = "taso.matmul"(%[[F]], %[[FCW]]) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>}
 // CHECK: %[[G:.*]] = "taso.ewadd"(%[[M]], %{{.*}})
 // CHECK: "onnx.Softmax"(%[[G]]) {axis = -1 : si64}
 

@@ -19,17 +19,17 @@ func.func @linear(%x: !torch.vtensor<[2,4],f32>, %h: !torch.vtensor<[2,4],f32>) 
   %b2 = torch.operator "onnx.Constant"() {torch.onnx.value = dense<[[1.0, 2.0, 3.0]]> : tensor<1x3xf32>} : () -> !torch.vtensor<[1,3],f32> loc("b2")
   %other = torch.operator "onnx.Constant"() {torch.onnx.value = dense<0.0> : tensor<1xf32>} : () -> !torch.vtensor<[1],f32> loc("w.T")
   // CHECK: %[[WT:.*]] = "taso.weight"() {name = "w.T_1", value = dense<{{\[\[}}1.000000e+00, 5.000000e+00, 9.000000e+00], [2.000000e+00, 6.000000e+00, 1.000000e+01], [3.000000e+00, 7.000000e+00, 1.100000e+01], [4.000000e+00, 8.000000e+00, 1.200000e+01]]> : tensor<4x3xf32>}
-  // CHECK: %[[M0:.*]] = "taso.matmul"(%[[X]], %[[WT]]) {activation = "none"} : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
+  // CHECK: %[[M0:.*]] = "taso.matmul"(%[[X]], %[[WT]]) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
   // CHECK: %[[Y0:.*]] = "taso.ewadd"(%[[M0]], %[[B]]) : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
   %0 = torch.operator "onnx.Gemm"(%x, %w, %b) {torch.onnx.alpha = 1.0 : f32, torch.onnx.beta = 1.0 : f32, torch.onnx.transB = 1 : si64} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[3],f32>) -> !torch.vtensor<[2,3],f32> loc("fc")
   // a second Gemm on the same weight reuses the transposed weight; without C, beta does not matter
   // CHECK-NOT: "taso.weight"
-  // CHECK: %[[Y1:.*]] = "taso.matmul"(%[[H]], %[[WT]]) {activation = "none"}
+  // CHECK: %[[Y1:.*]] = "taso.matmul"(%[[H]], %[[WT]]) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>}
   // CHECK-NOT: "taso.ewadd"
   %none = torch.constant.none
   %1 = torch.operator "onnx.Gemm"(%h, %w, %none) {torch.onnx.beta = 2.0 : f32, torch.onnx.transB = 1 : si64} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.none) -> !torch.vtensor<[2,3],f32>
   // C of shape (1, N) is kept as it is
-  // CHECK: %[[M2:.*]] = "taso.matmul"(%[[H]], %[[WT]]) {activation = "none"}
+  // CHECK: %[[M2:.*]] = "taso.matmul"(%[[H]], %[[WT]]) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>}
   // CHECK: %[[Y2:.*]] = "taso.ewadd"(%[[M2]], %[[B2]]) : (tensor<2x3xf32>, tensor<1x3xf32>) -> tensor<2x3xf32>
   %2 = torch.operator "onnx.Gemm"(%h, %w, %b2) {torch.onnx.transB = 1 : si64} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[1,3],f32>) -> !torch.vtensor<[2,3],f32>
   %3 = torch.operator "onnx.Add"(%2, %other) : (!torch.vtensor<[2,3],f32>, !torch.vtensor<[1],f32>) -> !torch.vtensor<[2,3],f32>
@@ -43,7 +43,7 @@ func.func @transposes(%a: !torch.vtensor<[4,2],f32>, %b: !torch.vtensor<[3,4],f3
   // transA and transB of values that are not weights: taso.transpose
   // CHECK: %[[AT:.*]] = "taso.transpose"(%[[A]]) {perm = array<i64: 1, 0>} : (tensor<4x2xf32>) -> tensor<2x4xf32>
   // CHECK: %[[BT:.*]] = "taso.transpose"(%[[B]]) {perm = array<i64: 1, 0>} : (tensor<3x4xf32>) -> tensor<4x3xf32>
-  // CHECK: %[[M:.*]] = "taso.matmul"(%[[AT]], %[[BT]]) {activation = "none"} : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
+  // CHECK: %[[M:.*]] = "taso.matmul"(%[[AT]], %[[BT]]) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
   // CHECK: %[[Y:.*]] = "taso.ewadd"(%[[M]], %[[C]]) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
   // CHECK: return %[[Y]]
   %0 = torch.operator "onnx.Gemm"(%a, %b, %c) {torch.onnx.transA = 1 : si64, torch.onnx.transB = 1 : si64} : (!torch.vtensor<[4,2],f32>, !torch.vtensor<[3,4],f32>, !torch.vtensor<[2,3],f32>) -> !torch.vtensor<[2,3],f32>
@@ -71,7 +71,7 @@ func.func @stays_generic(%x: !torch.vtensor<[2,4],f32>, %d: !torch.vtensor<[?,4]
 // onnx-mlir's spelling: the weight has no name of its own (const_<n>), the node's name becomes the location
 // CHECK-LABEL: func.func @onnx_mlir_form
 // CHECK: %[[WT:.*]] = "taso.weight"() {name = "const_1.T", value = dense<{{\[\[}}1.000000e+00, 3.000000e+00], [2.000000e+00, 4.000000e+00]]> : tensor<2x2xf32>}
-// CHECK: %[[M:.*]] = "taso.matmul"(%{{.*}}, %[[WT]]) {activation = "none"}
+// CHECK: %[[M:.*]] = "taso.matmul"(%{{.*}}, %[[WT]]) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>}
 // CHECK: "taso.ewadd"(%[[M]], %{{.*}}) :
 func.func @onnx_mlir_form(%arg0: tensor<1x2xf32> {onnx.name = "x"}) -> (tensor<1x2xf32> {onnx.name = "y"}) {
   %0 = "onnx.Constant"() {value = dense<[[1.0, 2.0], [3.0, 4.0]]> : tensor<2x2xf32>} : () -> tensor<2x2xf32>
