@@ -113,6 +113,8 @@ class Config:
 #: enlarge) do not count towards ``max_ops``: a biased merge of a 1x1 and a 3x3 convolution needs three
 #: of them beside the convolution and the split. At most two convolutions, both on the input activation
 #: (siblings: what merges rewrite), and one relu (``rules-conv-bias.jsonl``).
+#: ``matmul-bias``: the same for matmuls with a bias operand (one value per output column: a Gemm's C,
+#: a linear layer's bias), on 2-D activations and weights (``rules-matmul-bias.jsonl``).
 FAMILIES = {
     "base": Config(max_ops=3),
     "base-n4": Config(max_ops=4, id_prefix="F"),
@@ -123,6 +125,12 @@ FAMILIES = {
                 InputSpec("b1", (4,), "weight"), InputSpec("b2", (4,), "weight")),
         constants=(), op_limits=(("conv2d", 2), ("relu", 1)), ops=("conv2d", "relu", "concat", "split", "enlarge"),
         conv_on_inputs=True, id_prefix="B"),
+    "matmul-bias": Config(
+        max_ops=3, max_weight_ops=3,
+        inputs=(InputSpec("x1", (2, 4), "act"), InputSpec("x2", (2, 4), "act"), InputSpec("w1", (4, 4), "weight"),
+                InputSpec("w2", (4, 4), "weight"), InputSpec("b1", (4,), "weight"), InputSpec("b2", (4,), "weight")),
+        constants=(), op_limits=(("matmul", 2), ("relu", 1)), ops=("matmul", "relu", "concat", "split"),
+        conv_on_inputs=True, id_prefix="M"),
 }
 
 
@@ -298,8 +306,8 @@ class Enumerator:
             for b in avail:
                 if a == b or (a not in new and b not in new and not new_bias):
                     continue  # an op on the same tensor twice specializes a rule on two tensors
-                if a not in new and b not in new:  # only a new bias: only convolutions are new
-                    if not (len(ta.shape) == 4 and len(T[b].shape) == 4 and not ta.weight and T[b].weight):
+                if a not in new and b not in new:  # only a new bias: only biased convolutions/matmuls are new
+                    if not (len(ta.shape) == len(T[b].shape) in (2, 4) and not ta.weight and T[b].weight):
                         continue
                 tb = T[b]
                 if not ta.shape or not tb.shape:
@@ -309,8 +317,18 @@ class Enumerator:
                     out.append(make(("ewmul", (), (a, b))))
                 ra = len(ta.shape)
                 if ra == 2 and len(tb.shape) == 2 and ta.shape[1] == tb.shape[0]:
-                    for act in ("none", "relu"):
-                        out.append(make(("matmul", (("activation", act),), (a, b))))
+                    if not self._biases:
+                        for act in ("none", "relu"):
+                            out.append(make(("matmul", (("activation", act),), (a, b))))
+                    elif not ta.weight and tb.weight and not (self.cfg.conv_on_inputs and ta.producer >= 0
+                                                              and self.ops[ta.producer].name != "concat"):
+                        # with bias operands: activation (an input, or a concat: a row merge's) times
+                        # weight, as for convolutions
+                        for bias in biases_of.get(tb.shape[1], []):
+                            if a not in new and b not in new and bias[0] not in new:
+                                continue
+                            for act in ("none", "relu"):
+                                out.append(make(("matmul", (("activation", act),), (a, b) + bias)))
                 if ra == 4 and len(tb.shape) == 4 and not ta.weight and tb.weight and ta.shape[1] % tb.shape[1] == 0 \
                         and not (self.cfg.conv_on_inputs and ta.producer >= 0):
                     g = ta.shape[1] // tb.shape[1]

@@ -34,7 +34,8 @@ COMMUTATIVE = ["ewadd", "ewmul"]
 
 
 #: the shipped libraries: one per generator family (``enumerate.FAMILIES``), rule ids unique across them
-SHIPPED = {"base": "rules.jsonl", "base-n4": "rules-n4.jsonl", "conv-bias": "rules-conv-bias.jsonl"}
+SHIPPED = {"base": "rules.jsonl", "base-n4": "rules-n4.jsonl", "conv-bias": "rules-conv-bias.jsonl",
+           "matmul-bias": "rules-matmul-bias.jsonl"}
 #: the library a family's candidates are derived from by default (``taso-gen --derive-from``)
 DERIVE_FROM = {"base-n4": "base"}
 

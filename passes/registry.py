@@ -158,7 +158,7 @@ register(PassInfo(
                 "analytic[:cpu|v100|t4|a100|h100] (roofline; analytic = analytic:t4), cpu (measured in "
                 "onnxruntime), cuda (its own issue)", (_cost_model_name, "analytic[:<device>], cpu or cuda")),
      PassOption("rules", str, "", "rules file(s), comma-separated, used instead of the shipped libraries "
-                                   "(default: rules.jsonl, rules-n4.jsonl and rules-conv-bias.jsonl)"),
+                                   "(default: rules.jsonl, rules-n4.jsonl, rules-conv-bias.jsonl and rules-matmul-bias.jsonl)"),
      PassOption("report", str, "", "write a report: '-' for stderr, a file (.json for JSON)"),
      PassOption("progress", bool, False, "show progress on stderr")),
 ))

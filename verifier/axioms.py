@@ -12,7 +12,9 @@ shapes: an axiom must hold at every shape where both sides type-check and its at
 Numbering follows TASO's list (A1-A44); ``L*`` are TASO's lemmas; ``X*`` are axioms our operators need
 beyond TASO's (fused matmul activation, linearity of average pooling and enlarge, left scaling of
 matmul); ``B*`` are TASO's convolution axioms restated for a convolution with a bias operand (one
-value per output channel, added before the activation), which the ``conv-bias`` rule family needs. Known traps are respected: concat associativity is not an axiom, and the output-channel
+value per output channel, added before the activation), which the ``conv-bias`` rule family needs;
+``M*`` are the matmul axioms restated the same way for a matmul with a bias operand (one value per
+output column), for the ``matmul-bias`` family. Known traps are respected: concat associativity is not an axiom, and the output-channel
 concat of convolutions (A24) and the input-channel merge (A19) hold for group 1 only.
 """
 
@@ -163,6 +165,14 @@ def _a29(A, x, y, z): return A.mm(0, x, A.add(y, z)), A.add(A.mm(0, x, y), A.mm(
 def _l29(A, x, y, z): return A.mm(0, A.add(x, y), z), A.add(A.mm(0, x, z), A.mm(0, y, z))
 @axiom("X14", "relu(mm(x,y)) = mm_R(x,y)", {"x": "m a", "y": "a n"})
 def _x14(A, x, y): return A.relu(A.mm(0, x, y)), A.mm(1, x, y)
+# ---- matmul with a bias operand (b: one value per output column, added before the activation) ----
+@axiom("M14", "relu(mm(x,y,b)) = mm_R(x,y,b)", {"x": "m a", "y": "a n", "b": "n"})
+def _m14(A, x, y, b): return A.relu(A.mm_b(0, x, y, b)), A.mm_b(1, x, y, b)
+@axiom("M28", "mm(x, cat_1(y,z), cat_0(b,d)) = cat_1(mm(x,y,b), mm(x,z,d))",
+       {"x": "m a", "y": "a n", "z": "a p", "b": "n", "d": "p"}, {"c": (0, 1)})
+def _m28(A, x, y, z, b, d, c): return A.mm_b(c, x, A.cat(1, y, z), A.cat(0, b, d)), A.cat(1, A.mm_b(c, x, y, b), A.mm_b(c, x, z, d))
+@axiom("ML28", "mm(cat_0(x,y), z, b) = cat_0(mm(x,z,b), mm(y,z,b))", {"x": "m a", "y": "p a", "z": "a n", "b": "n"}, {"c": (0, 1)})
+def _ml28(A, x, y, z, b, c): return A.mm_b(c, A.cat(0, x, y), z, b), A.cat(0, A.mm_b(c, x, z, b), A.mm_b(c, y, z, b))
 # ---- transpose ----
 @axiom("A30", "T(T x) = x", {"x": "m n"})
 def _a30(A, x): return A.t(A.t(x)), x
@@ -243,10 +253,11 @@ class NumpyAlgebra:
         if x.ndim != 2:
             _bad("transpose rank")
         return specs.evaluate("transpose", [x], {"perm": (1, 0)})[0]
-    def mm(self, c, x, y):
+    def mm(self, c, x, y, b=None):
         if x.ndim != 2 or y.ndim != 2:
             _bad("matmul rank")
-        return specs.evaluate("matmul", [x, y], {"activation": "relu" if c else "none"})[0]
+        return specs.evaluate("matmul", [x, y] + ([] if b is None else [b]), {"activation": "relu" if c else "none"})[0]
+    def mm_b(self, c, x, y, b): return self.mm(c, x, y, b)
     def cat(self, a, x, y): return specs.evaluate("concat", [x, y], {"axis": a})[0]
     def split(self, i, a, t, x, y):
         return specs.evaluate("split", [t], {"axis": a, "sizes": (x.shape[a], y.shape[a])})[i]
@@ -292,7 +303,7 @@ class Z3Algebra:
             "ewadd": F("ewadd", T, T, T), "ewmul": F("ewmul", T, T, T), "smul": F("smul", T, T, T),
             "relu": F("relu", T, T), "transpose": F("transpose", T, T),
             "matmul": F("matmul", I, T, T, T), "conv2d": F("conv2d", I, I, I, T, T, T),
-            "conv2d_b": F("conv2d_b", I, I, I, T, T, T, T),
+            "conv2d_b": F("conv2d_b", I, I, I, T, T, T, T), "matmul_b": F("matmul_b", I, T, T, T, T),
             "concat": F("concat", I, T, T, T), "split0": F("split0", I, T, T), "split1": F("split1", I, T, T),
             "maxpool2d": F("maxpool2d", I, I, T, T), "avgpool2d": F("avgpool2d", I, I, T, T),
             "enlarge": F("enlarge", I, T, T), "const_pool": F("const_pool", I, T), "const_iconv": F("const_iconv", I, T),
@@ -312,6 +323,8 @@ class Z3Algebra:
     def relu(self, x): return self.f["relu"](x)
     def t(self, x): return self.f["transpose"](x)
     def mm(self, c, x, y): return self.f["matmul"](self.I(c), x, y)
+    # a matmul with a bias operand: a function of its own (no axiom relates it to matmul)
+    def mm_b(self, c, x, y, b): return self.f["matmul_b"](self.I(c), x, y, b)
     def cat(self, a, x, y): return self.f["concat"](self.I(a), x, y)
     def split(self, i, a, t, x=None, y=None): return self.f[f"split{i}"](self.I(a), t)
     def conv(self, s, g, c, x, w):

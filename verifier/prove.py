@@ -66,7 +66,8 @@ def translate(g: G.Graph, A: Z3Algebra, variables: dict) -> list:
                 raise Untranslatable(f"transpose perm {a['perm']}")
             outs = [A.t(ins[0])]
         elif n == "matmul":
-            outs = [A.mm(1 if a.get("activation") == "relu" else 0, *ins)]
+            mm = A.mm if len(ins) == 2 else A.mm_b  # with a bias operand: another function
+            outs = [mm(1 if a.get("activation") == "relu" else 0, *ins)]
         elif n == "conv2d":
             if a.get("pads") != "same":
                 raise Untranslatable("conv2d padding other than 'same'")
