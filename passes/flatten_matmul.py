@@ -42,8 +42,8 @@ def _tensor(shape, like: ir.Value) -> ir.Type:
 
 def _projection(op: ir.Operation, x: ir.Value) -> bool:
     """A taso.matmul reading ``x`` (static, rank >= 3) as its left operand and a static 2-D right one."""
-    if op.name != "taso.matmul" or len(op.operands) != 2 or op.operands[0] != x:
-        return False
+    if op.name != "taso.matmul" or len(op.operands) not in (2, 3) or op.operands[0] != x:
+        return False  # (a third operand is a bias, one value per output column: it reshapes with W)
     xs, ws = _shape(op.operands[0]), _shape(op.operands[1])
     return xs is not None and ws is not None and len(xs) >= 3 and len(ws) == 2
 
@@ -80,7 +80,7 @@ def flatten_shared_matmuls(f: ir.Operation) -> int:
         for m in group:
             out = _shape(m.results[0])
             with ir.InsertionPoint(m):
-                m2 = create_taso_op("matmul", [r.results[0], m.operands[1]], [_tensor([rows, out[-1]], x)],
+                m2 = create_taso_op("matmul", [r.results[0]] + list(m.operands)[1:], [_tensor([rows, out[-1]], x)],
                                     taso_attrs(m), loc=m.location)
                 back = create_taso_op("reshape", [m2.results[0]], [m.results[0].type], {"shape": out},
                                       loc=m.location)
@@ -113,7 +113,8 @@ def unflatten_matmuls(f: ir.Operation) -> int:
         if ys != [math.prod(xs[:-1]), xs[-1]] or outs != xs[:-1] + [ws[-1]]:
             continue
         with ir.InsertionPoint(back):
-            m3 = create_taso_op("matmul", [x, w], [back.results[0].type], taso_attrs(m), loc=m.location)
+            m3 = create_taso_op("matmul", [x] + list(m.operands)[1:], [back.results[0].type], taso_attrs(m),
+                                loc=m.location)
         back.results[0].replace_all_uses_with(m3.results[0])
         back.erase()
         m.erase()

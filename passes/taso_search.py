@@ -32,6 +32,7 @@ from . import tgraph as T
 from .cost import get_cost_model
 from .flatten_matmul import flatten_shared_matmuls, unflatten_matmuls
 from .identities import drop_identities
+from .matmul_bias import fuse_matmul_bias
 from .fold_batchnorm import fold_function
 
 _REWRITES: dict = {}
@@ -108,8 +109,9 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     identities = drop_identities(f) if pre_folded else 0
     if pre_folded:
         function_dce(f)
+    biases = fuse_matmul_bias(f)
     flattened = flatten_shared_matmuls(f)
-    if pre_folded or flattened:
+    if pre_folded or flattened or biases:
         g0, mops = T.from_function(f, builder)
     tick = time.monotonic()
 
@@ -154,7 +156,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "rejected_sites": dict(stats.rejected.most_common(8)),
         "weights_folded": pre_folded + folded, "identities_dropped": identities, "splits_fused": splits_fused,
         "concats_fused": concats_fused,
-        "matmuls_flattened": flattened, "matmuls_unflattened": unflattened,
+        "matmuls_flattened": flattened, "matmuls_unflattened": unflattened, "matmul_biases_fused": biases,
         "search_s": round(search_s, 3), "replay_s": round(replay_s, 3),
     }
 
@@ -330,7 +332,8 @@ def format_report(rep: dict) -> str:
                  f"{fr['graphs_pruned']} not queued (cost >= alpha x best), {fr['duplicates']} duplicates) in {fr['windows']} window(s), search {fr['search_s']} s, "
                  f"PDL replay and folding {fr['replay_s']} s, {fr['weights_folded']} weight ops folded, "
                  f"{fr['splits_fused']} nested splits and {fr['concats_fused']} nested concats fused, "
-                 f"{fr['identities_dropped']} identity ops (x + 0, x * 1) dropped"
+                 f"{fr['identities_dropped']} identity ops (x + 0, x * 1) dropped, "
+                 f"{fr.get('matmul_biases_fused', 0)} bias adds folded into matmuls"
                  + (", TIMED OUT (best so far kept)" if fr["timed_out"] else ""))
         L.append(f"    batchnorm folding (before the search, included above): {fr['batchnorms_folded']} batchnorms "
                  f"folded into convolutions, cost {before:.4g} -> {fr['cost_after_fold_ms']:.4g} ms, ops "

@@ -127,7 +127,7 @@ func.func @fire_merge(%x: tensor<1x8x7x7xf32>) -> tensor<1x16x7x7xf32> {
 // applied three times); the tree of three binary splits the rules leave is written as one split
 // into four pieces, which is what the search costed (one launch, the same bytes).
 // CHECK-LABEL: func.func @merge_four_matmuls
-// CHECK: %[[M:.*]] = "taso.matmul"(%arg0, %{{.*}}) {activation = "none"} : (tensor<1x512xf32>, tensor<512x2048xf32>) -> tensor<1x2048xf32>
+// CHECK: %[[M:.*]] = "taso.matmul"(%arg0, %{{.*}}) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<1x512xf32>, tensor<512x2048xf32>) -> tensor<1x2048xf32>
 // CHECK-NEXT: %[[S:.*]]:4 = "taso.split"(%[[M]]) {axis = 1 : i64, {{.*}}sizes = array<i64: 512, 512, 512, 512>}
 // CHECK-NOT: taso.split
 // CHECK-NOT: taso.matmul
@@ -170,7 +170,7 @@ func.func @shared_weight_concat(%x1: tensor<1x512xf32>, %x2: tensor<1x512xf32>) 
 // pieces reshaped back.
 // CHECK-LABEL: func.func @qkv_3d
 // CHECK: %[[R:.*]] = "taso.reshape"(%arg0) {shape = array<i64: 64, 1024>}
-// CHECK: %[[M:.*]] = "taso.matmul"(%[[R]], %{{.*}}) {activation = "none"} : (tensor<64x1024xf32>, tensor<1024x3072xf32>) -> tensor<64x3072xf32>
+// CHECK: %[[M:.*]] = "taso.matmul"(%[[R]], %{{.*}}) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<64x1024xf32>, tensor<1024x3072xf32>) -> tensor<64x3072xf32>
 // CHECK: "taso.split"(%[[M]]) {axis = 1 : i64, {{.*}}sizes = array<i64: 1024, 1024, 1024>}
 // CHECK-NOT: taso.matmul
 // REPORT: @qkv_3d: {{.*}} 2 rewrites applied
@@ -183,4 +183,49 @@ func.func @qkv_3d(%x: tensor<1x64x1024xf32>) -> (tensor<1x64x1024xf32>, tensor<1
   %k = "taso.matmul"(%x, %wk) {activation = "none"} : (tensor<1x64x1024xf32>, tensor<1024x1024xf32>) -> tensor<1x64x1024xf32>
   %v = "taso.matmul"(%x, %wv) {activation = "none"} : (tensor<1x64x1024xf32>, tensor<1024x1024xf32>) -> tensor<1x64x1024xf32>
   return %q, %k, %v : tensor<1x64x1024xf32>, tensor<1x64x1024xf32>, tensor<1x64x1024xf32>
+}
+
+// -----
+
+// The matmul-bias family: each bias add is folded into its matmul before the search (matmul_bias),
+// relu fuses into the biased matmul (M14) and the two layers on one input merge into one matmul with
+// the weights and the biases concatenated (M28), then a split: fires.
+// CHECK-LABEL: func.func @merge_biased_linears
+// CHECK: %[[M:.*]] = "taso.matmul"(%arg0, %{{.*}}, %{{.*}}) {activation = "relu", operandSegmentSizes = array<i32: 1, 1, 1>} : (tensor<4x256xf32>, tensor<256x512xf32>, tensor<512xf32>) -> tensor<4x512xf32>
+// CHECK-NEXT: %[[S:.*]]:2 = "taso.split"(%[[M]])
+// CHECK-NOT: taso.ewadd
+// CHECK-NOT: taso.relu
+// CHECK: return %[[S]]#0, %[[S]]#1
+// REPORT: @merge_biased_linears: {{.*}} 2 bias adds folded into matmuls
+// REPORT: rules applied: {{.*}}M{{[0-9]+}}
+func.func @merge_biased_linears(%x: tensor<4x256xf32>) -> (tensor<4x256xf32>, tensor<4x256xf32>) {
+  %w1 = "taso.weight"() {name = "w1", value = dense<0.5> : tensor<256x256xf32>} : () -> tensor<256x256xf32>
+  %w2 = "taso.weight"() {name = "w2", value = dense<0.25> : tensor<256x256xf32>} : () -> tensor<256x256xf32>
+  %b1 = "taso.weight"() {name = "b1", value = dense<1.0> : tensor<256xf32>} : () -> tensor<256xf32>
+  %b2 = "taso.weight"() {name = "b2", value = dense<-1.0> : tensor<256xf32>} : () -> tensor<256xf32>
+  %m1 = "taso.matmul"(%x, %w1) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<4x256xf32>, tensor<256x256xf32>) -> tensor<4x256xf32>
+  %a1 = "taso.ewadd"(%m1, %b1) : (tensor<4x256xf32>, tensor<256xf32>) -> tensor<4x256xf32>
+  %r1 = "taso.relu"(%a1) : (tensor<4x256xf32>) -> tensor<4x256xf32>
+  %m2 = "taso.matmul"(%x, %w2) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<4x256xf32>, tensor<256x256xf32>) -> tensor<4x256xf32>
+  %a2 = "taso.ewadd"(%b2, %m2) : (tensor<256xf32>, tensor<4x256xf32>) -> tensor<4x256xf32>
+  %r2 = "taso.relu"(%a2) : (tensor<4x256xf32>) -> tensor<4x256xf32>
+  return %r1, %r2 : tensor<4x256xf32>, tensor<4x256xf32>
+}
+
+// -----
+
+// Not when the bias is a row (1 x N) rather than one value per column ([N]): the add stays an add,
+// and the matmul's relu cannot fuse across it.
+// CHECK-LABEL: func.func @row_bias_is_not_folded
+// CHECK: taso.matmul
+// CHECK: taso.ewadd
+// CHECK: taso.relu
+// REPORT: @row_bias_is_not_folded: {{.*}} 0 bias adds folded into matmuls
+func.func @row_bias_is_not_folded(%x: tensor<4x256xf32>) -> tensor<4x256xf32> {
+  %w1 = "taso.weight"() {name = "w1", value = dense<0.5> : tensor<256x256xf32>} : () -> tensor<256x256xf32>
+  %b1 = "taso.weight"() {name = "b1", value = dense<1.0> : tensor<1x256xf32>} : () -> tensor<1x256xf32>
+  %m1 = "taso.matmul"(%x, %w1) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<4x256xf32>, tensor<256x256xf32>) -> tensor<4x256xf32>
+  %a1 = "taso.ewadd"(%m1, %b1) : (tensor<4x256xf32>, tensor<1x256xf32>) -> tensor<4x256xf32>
+  %r1 = "taso.relu"(%a1) : (tensor<4x256xf32>) -> tensor<4x256xf32>
+  return %r1 : tensor<4x256xf32>
 }
