@@ -16,14 +16,32 @@ start its accumulation from C); tested against the reference semantics and in on
 from __future__ import annotations
 
 from taso_mlir.dialect.convert_onnx_to_taso import _weight_of
-from taso_mlir.dialect.mlir import ir  # noqa: F401 (the IR types of the annotations)
+from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import create_taso_op, taso_attrs
 
 from .flatten_matmul import _owner, _shape
 
 
-def fuse_matmul_bias(f: ir.Operation) -> int:
-    """Fold each bias add into its matmul (module docstring). Returns the number folded."""
+def _gains(cost_model, m: ir.Operation, b: ir.Value, add: ir.Operation) -> bool:
+    """The biased matmul costs no more than the matmul and the add apart (under ``cost_model``)."""
+    from .cost import OpSig
+
+    x, w = m.operands[0], m.operands[1]
+    xs, ws, ys, bs = _shape(x), _shape(w), _shape(m.results[0]), _shape(b)
+    dtype = str(ir.RankedTensorType(m.results[0].type).element_type)
+    wx, ww = _weight_of(x) is not None, _weight_of(w) is not None
+    act = (("activation", "none"),)
+    apart = (cost_model.cost(OpSig("matmul", act, (tuple(xs), tuple(ws)), (tuple(ys),), dtype, False, (wx, ww)))
+             + cost_model.cost(OpSig("ewadd", (), (tuple(ys), tuple(bs)), (tuple(ys),), dtype, False, (False, True))))
+    fused = cost_model.cost(OpSig("matmul", act, (tuple(xs), tuple(ws), tuple(bs)), (tuple(ys),), dtype, False,
+                                  (wx, ww, True)))
+    return fused <= apart
+
+
+def fuse_matmul_bias(f: ir.Operation, cost_model=None) -> int:
+    """Fold each bias add into its matmul (module docstring); with a cost model, only where the biased
+    matmul costs no more than the two ops apart (measured on the CPU, a 3-D MatMul + Add can time
+    slower as one model than its parts). Returns the number folded."""
     block = f.regions[0].blocks[0]
     done = 0
     for o in list(block.operations):
@@ -38,6 +56,9 @@ def fuse_matmul_bias(f: ir.Operation) -> int:
                 continue
             out, bs = _shape(m.results[0]), _shape(b)
             if out is None or bs != [out[-1]] or _weight_of(b) is None or add.results[0].type != m.results[0].type:
+                continue
+            if cost_model is not None and (_shape(m.operands[0]) is None or _shape(m.operands[1]) is None
+                                           or not _gains(cost_model, m, b, add)):
                 continue
             with ir.InsertionPoint(add):
                 fused = create_taso_op("matmul", [m.operands[0], m.operands[1], b], [m.results[0].type],

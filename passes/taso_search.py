@@ -109,7 +109,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     identities = drop_identities(f) if pre_folded else 0
     if pre_folded:
         function_dce(f)
-    biases = fuse_matmul_bias(f)
+    biases = fuse_matmul_bias(f, builder.cost_model)
     flattened = flatten_shared_matmuls(f)
     if pre_folded or flattened or biases:
         g0, mops = T.from_function(f, builder)

@@ -136,3 +136,31 @@ def test_a_biased_matmul_the_search_leaves_exports_as_it_came(tmp_path, lead):
     assert kinds == (["Gemm"] if len(lead) == 1 else ["Add", "MatMul"]), kinds
     feeds = {"x": np.random.default_rng(3).standard_normal(list(lead) + [16]).astype(np.float32)}
     assert_same_in_onnxruntime(src, out, feeds, rtol=1e-5, atol=1e-5)
+
+
+class _Costs:
+    """A cost model stub: a biased matmul costs ``fused``, any other op 1."""
+
+    def __init__(self, fused):
+        self.fused = fused
+
+    def cost(self, sig):
+        return self.fused if sig.kind == "matmul" and len(sig.in_shapes) == 3 else 1.0
+
+
+@pytest.mark.parametrize("fused,folded", [(1.5, 1), (2.5, 0)])
+def test_with_a_cost_model_only_what_gains_is_folded(fused, folded):
+    rng = np.random.default_rng(4)
+    text = f"""
+func.func @f(%x: tensor<2x4xf32>) -> tensor<2x5xf32> {{
+  {_w("w", "4x5", rng)}
+  {_w("b", "5", rng)}
+  {_mm("m1", "x", "w", "2x4", "4x5", "2x5")}
+  {_add("a1", "m1", "b", "2x5", "5", "2x5")}
+  return %a1 : tensor<2x5xf32>
+}}
+"""
+    with make_context(), ir.Location.unknown():
+        m = ir.Module.parse(text)
+        assert fuse_matmul_bias(m.body.operations[0].operation, _Costs(fused)) == folded
+        assert m.operation.verify()
