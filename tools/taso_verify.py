@@ -111,11 +111,7 @@ def _main(argv) -> int:
         r = records[i]
         a, b = G.Graph.from_json(r["src"]), G.Graph.from_json(r["dst"])
         inputs = {v: (tuple(shape), kind) for v, (shape, kind) in r["inputs"].items()}
-        # rules with bias operands (1-D) fuzz harder: their known trap (a merged kernel's and bias's
-        # pieces concatenated with different sizes, which Z3 cannot see) type-checks at few shapes
-        biased = any(len(shape) == 1 for shape, _kind in inputs.values())
-        n, bad = shape_fuzz(a, b, inputs, np.random.default_rng(args.seed + i),
-                            **({"tries": 6000, "samples": 400} if biased else {}))
+        n, bad = shape_fuzz(a, b, inputs, np.random.default_rng(args.seed + i))
         n_fuzzed += n
         if bad is not None:
             n_refuted += 1
