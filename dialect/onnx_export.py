@@ -311,9 +311,11 @@ def _onnx_attr(name: str, a: ir.Attribute, schema, o, hint=None) -> onnx.Attribu
         raise TasoError(f"{o.location}: cannot export attribute '{name}' of '{o.name}': {one_line(e)}") from None
 
 
-def export_onnx(module: ir.Module) -> onnx.ModelProto:
-    """The ONNX model of the module's (single) graph function."""
-    funcs = [op.operation for op in module.body.operations if op.operation.name == "func.func"]
+def export_onnx(module) -> onnx.ModelProto:
+    """The ONNX model of the module's (single) graph function (``module``: an ``ir.Module`` or its
+    ``builtin.module`` operation, as a pass gets it)."""
+    module = module.operation
+    funcs = [op.operation for op in _body(module).operations if op.operation.name == "func.func"]
     if len(funcs) != 1:
         raise TasoError(f"ONNX export needs exactly one function in the module, found {len(funcs)}")
     _check_graph_form(module, funcs[0])
@@ -327,11 +329,15 @@ def export_onnx(module: ir.Module) -> onnx.ModelProto:
 _CONVERT_FIRST = "; convert it with --convert-onnx-to-taso first"
 
 
-def _check_graph_form(module: ir.Module, fop: ir.Operation) -> None:
+def _body(module_op: ir.Operation) -> ir.Block:
+    return module_op.regions[0].blocks[0]
+
+
+def _check_graph_form(module: ir.Operation, fop: ir.Operation) -> None:
     """What the exporter would otherwise drop or misread: operations outside the function, a function
     without exactly one block ending in func.return, ops with regions, values that are not tensors,
     and the unconverted importer / onnx-mlir forms (whose metadata and ops would be written verbatim)."""
-    for op in module.body.operations:
+    for op in _body(module).operations:
         o = op.operation
         if o.name != "func.func":
             hint = " (onnx-mlir's form" + _CONVERT_FIRST + ")" if o.name == "onnx.EntryPoint" else ""
@@ -414,13 +420,13 @@ def check_exported(model: onnx.ModelProto) -> None:
         raise TasoError(f"the exported ONNX model would not be valid: {one_line(e)}") from None
 
 
-def _add_functions(module: ir.Module, model: onnx.ModelProto) -> None:
+def _add_functions(module: ir.Operation, model: onnx.ModelProto) -> None:
     """The model-local functions recorded by the importer (``taso.onnx_functions``)."""
     import base64
 
     from .onnx_import import FUNCTIONS_ATTR
 
-    attrs = module.operation.attributes
+    attrs = module.attributes
     if FUNCTIONS_ATTR not in attrs:
         return
     fns = attrs[FUNCTIONS_ATTR]

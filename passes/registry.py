@@ -159,6 +159,9 @@ register(PassInfo(
                 "onnxruntime), cuda (its own issue)", (_cost_model_name, "analytic[:<device>], cpu or cuda")),
      PassOption("rules", str, "", "rules file(s), comma-separated, used instead of the shipped libraries "
                                    "(default: rules.jsonl, rules-n4.jsonl, rules-conv-bias.jsonl and rules-matmul-bias.jsonl)"),
+     PassOption("latency-check", bool, True,
+                "cost-model=cpu: time the result against the input in onnxruntime; where it is slower beyond "
+                "the noise, search again without the rewrites that introduce a split, else keep the input"),
      PassOption("report", str, "", "write a report: '-' for stderr, a file (.json for JSON)"),
      PassOption("progress", bool, False, "show progress on stderr")),
 ))

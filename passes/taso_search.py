@@ -29,7 +29,7 @@ from . import pdl as P
 from . import rulebook as RB
 from . import search as S
 from . import tgraph as T
-from .cost import get_cost_model
+from .cost import CpuMeasured, get_cost_model
 from .flatten_matmul import flatten_shared_matmuls, unflatten_matmuls
 from .identities import drop_identities
 from .matmul_bias import fuse_matmul_bias
@@ -66,12 +66,17 @@ def _run(module_op: ir.Operation, opts: dict) -> dict:
                       timeout=opts.get("timeout", 30.0), window=opts.get("window", 120))
     report = {"cost_model": cm.name, "rules": len(rws), "options": asdict(sopts), "functions": []}
     replayer = P.Replayer(rws)
+    funcs = [f.operation for f in module_op.regions[0].blocks[0].operations
+             if f.operation.name == "func.func" and len(f.operation.regions[0].blocks)]
+    # the measured model can check the whole result on this machine; it needs the module as one ONNX graph
+    check = opts.get("latency-check", True) and isinstance(cm, CpuMeasured) and len(funcs) == 1
     try:
-        for f in list(module_op.regions[0].blocks[0].operations):
-            f = f.operation
-            if f.name != "func.func" or not len(f.regions[0].blocks):
-                continue
-            report["functions"].append(_run_function(f, rws, by_id, builder, sopts, replayer, opts))
+        for f in funcs:
+            if check:
+                fr = _run_checked(module_op, f, rws, by_id, builder, sopts, replayer, opts)
+            else:
+                fr = _run_function(f, rws, by_id, builder, sopts, replayer, opts)
+            report["functions"].append(fr)
     finally:
         cm.close()
     report["time_s"] = round(time.monotonic() - t0, 3)
@@ -159,6 +164,83 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "matmuls_flattened": flattened, "matmuls_unflattened": unflattened, "matmul_biases_fused": biases,
         "search_s": round(search_s, 3), "replay_s": round(replay_s, 3),
     }
+
+
+def introduces_split(rw: RB.Rewrite) -> bool:
+    """The rewrite's target splits a computed tensor: a merge of sibling ops, whose gain depends on
+    the data layouts around the split, which per-op costs do not see."""
+    return any(op.name == "split" for op in rw.dst.ops)
+
+
+def _changed(fr: dict) -> bool:
+    return bool(fr["rewrites_applied"] or fr["batchnorms_folded"] or fr["weights_folded"]
+                or fr["identities_dropped"] or fr["matmul_biases_fused"] or fr["matmuls_flattened"])
+
+
+def _run_checked(module_op, f, rws, by_id, builder, sopts, replayer, opts) -> dict:
+    """``_run_function`` with the latency check of the measured cost model: the per-op costs the search
+    adds up miss how onnxruntime lays data out between ops (a split forces its neighbours out of the
+    blocked NCHWc layout), so the result is timed against the input, side by side in onnxruntime
+    (``latency.compare``). Where it is slower beyond the noise (the upper quartile of the per-round
+    speedups below 1), the function is searched again without the rewrites that introduce a split;
+    where that is slower too, the input is kept as it was. The report says what was kept and why."""
+    from taso_mlir.dialect.onnx_export import export_onnx
+
+    from . import latency as L
+
+    backup = f.clone()  # detached
+    fr = _run_function(f, rws, by_id, builder, sopts, replayer, opts)
+    if not _changed(fr):
+        fr["latency_check"] = {"kept": "search result", "why": "the function is unchanged"}
+        return fr
+    settings = L.Settings(threads=builder.cost_model.threads)
+    scratch = ir.Module.create()
+    for na in module_op.attributes:
+        scratch.operation.attributes[na.name] = na.attr
+    ir.InsertionPoint(scratch.body).insert(backup.clone())
+    try:
+        before = export_onnx(scratch)
+        after = export_onnx(module_op)
+    except TasoError as e:
+        fr["latency_check"] = {"kept": "search result", "why": f"not timed: {e}"}
+        return fr
+    tick = time.monotonic()
+    tried = [dict(L.compare(before, after, settings), what="search result")]
+    check = {"tried": tried}
+    fr["latency_check"] = check
+
+    def slower(t):
+        return t["iqr"][1] < 1.0
+
+    if not slower(tried[-1]):
+        check.update(kept="search result", time_s=round(time.monotonic() - tick, 3))
+        return fr
+
+    def restore():
+        g = backup.clone()
+        ir.InsertionPoint(f).insert(g)
+        f.erase()
+        return g
+
+    f = restore()
+    no_splits = [rw for rw in rws if not introduces_split(rw)]
+    fr2 = _run_function(f, no_splits, by_id, builder, sopts, replayer, opts)
+    if _changed(fr2):
+        tried.append(dict(L.compare(before, export_onnx(module_op), settings), what="search without splits"))
+        if not slower(tried[-1]):
+            fr2["latency_check"] = check
+            check.update(kept="search without splits", time_s=round(time.monotonic() - tick, 3))
+            return fr2
+    f = restore()
+    g_in = T.from_function(f, T.Builder(builder.cost_model, split_trees=False))[0]
+    fr.update(ops_after=g_in.num_ops, cost_after_ms=g_in.cost, cost_searched_ms=g_in.cost, applied={},
+              rewrites_applied=0)
+    for k in ("batchnorms_folded", "weights_folded", "identities_dropped", "splits_fused", "concats_fused",
+              "matmuls_flattened", "matmuls_unflattened", "matmul_biases_fused"):
+        fr[k] = 0
+    fr.update(ops_after_fold=fr["ops_before"], cost_after_fold_ms=fr["cost_before_ms"])
+    check.update(kept="input", time_s=round(time.monotonic() - tick, 3))
+    return fr
 
 
 def replay(f: ir.Operation, best: T.TGraph, mops: list, replayer: P.Replayer, by_id: dict) -> None:
@@ -343,6 +425,12 @@ def format_report(rep: dict) -> str:
                      f"the search ({fr['matmuls_unflattened']} it left alone restored after it)")
         if fr["applied"]:
             L.append("    rules applied: " + ", ".join(f"{k} x{v}" for k, v in fr["applied"].items()))
+        lc = fr.get("latency_check")
+        if lc:
+            timed = "; ".join(f"{t['what']} {t['speedup']:.3f}x (quartiles {t['iqr'][0]:.3f}-{t['iqr'][1]:.3f}, "
+                              f"{t['rounds']} rounds)" for t in lc.get("tried", ()))
+            L.append(f"    latency check (onnxruntime, against the input): {timed or lc.get('why', '')}; kept: "
+                     f"{lc['kept']}" + (f" ({lc['time_s']} s)" if "time_s" in lc else ""))
     if rep.get("estimated_costs"):
         L.append(f"  {rep['estimated_costs']} op signatures had no measurement and were estimated analytically")
     L.append(f"  total time {rep['time_s']} s")

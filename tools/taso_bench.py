@@ -595,17 +595,9 @@ def _onnxslim(model):
 
 
 def _session_options(level: str, threads: int):
-    import onnxruntime as ort
+    from taso_mlir.passes.latency import session_options
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if level == "all"
-                                   else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    so.intra_op_num_threads = threads
-    # No spin-waiting after a run: the interleaved sessions each have their own thread pool, and threads
-    # spinning on behalf of the session that just ran would take the cores from the next one.
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return so
+    return session_options(level, threads)
 
 
 def _session(path: str, level: str, threads: int, what: str):
@@ -678,64 +670,26 @@ def _max_diff(a, b) -> float:
 
 
 def _latency(make_sessions, feeds: dict, s: dict) -> dict:
-    """Interleaved rounds: in each round every variant runs once (``inner`` times back to back for fast
-    models), in an order rotated per round. The rounds are spread over ``epochs`` sets of freshly created
-    sessions (``make_sessions(epoch)``, one set alive at a time): where a session's
-    buffers land in memory moves its latency by a few percent, for the whole life of the session, which
-    interleaving alone cannot cancel. Medians over all rounds, and the speedups as ratios."""
-    import gc
-
+    """Interleaved rounds over fresh session sets (``passes.latency.sample``; ``make_sessions(epoch)``
+    returns the sessions and their creation times). Medians over all rounds, and the speedups as
+    ratios."""
     import numpy as np
 
+    from taso_mlir.passes.latency import Settings, ratio_stats, sample
+
     keys = [k for k, _, _ in VARIANTS]
-    epochs = max(1, min(s["epochs"], s["rounds"]))
-    samples = {k: [] for k in keys}
-    inner = None
-    rounds = 0
-    start = time.perf_counter()
-    sessions = None
-    for epoch in range(epochs):
-        sessions = None
-        gc.collect()
-        sessions, _ = make_sessions(epoch)
-        for _ in range(s["warmup"]):
-            for k in keys:
-                sessions[k].run(None, feeds)
-        if inner is None:
-            single = {}
-            for k in keys:
-                t = time.perf_counter()
-                sessions[k].run(None, feeds)
-                single[k] = time.perf_counter() - t
-            fastest = max(min(single.values()), 1e-7)
-            inner = int(min(1000, max(1, math.ceil(s["min_sample_s"] / fastest))))
-        # this epoch's share of the rounds, the minimum and the time budget (cumulative)
-        share = (epoch + 1) / epochs
-        cap, least, budget = math.ceil(s["rounds"] * share), math.ceil(s["min_rounds"] * share), s["budget_s"] * share
-        while rounds < cap:
-            order = keys[rounds % len(keys):] + keys[:rounds % len(keys)]
-            for k in order:
-                sess = sessions[k]
-                t = time.perf_counter()
-                for _ in range(inner):
-                    sess.run(None, feeds)
-                samples[k].append((time.perf_counter() - t) / inner)
-            rounds += 1
-            if rounds >= least and time.perf_counter() - start > budget:
-                break
-    del sessions
+    st = Settings(rounds=s["rounds"], min_rounds=s["min_rounds"], budget_s=s["budget_s"], epochs=s["epochs"],
+                  warmup=s["warmup"], min_sample_s=s["min_sample_s"], threads=s["threads"])
+    out = sample(lambda epoch: make_sessions(epoch)[0], keys, feeds, st)
+    samples, rounds, epochs, inner = out["samples"], out["rounds"], out["epochs"], out["inner"]
     med = {k: float(np.median(v)) * 1e3 for k, v in samples.items()}
     q = {k: [float(np.percentile(v, 25)) * 1e3, float(np.percentile(v, 75)) * 1e3] for k, v in samples.items()}
 
-    def ratios(num, den):
-        return np.array(samples[num]) / np.array(samples[den])
-
     def paired(num, den):
-        return float(np.median(ratios(num, den)))
+        return ratio_stats(samples[num], samples[den])[0]
 
     def spread(num, den):
-        r = ratios(num, den)
-        return [float(np.percentile(r, 25)), float(np.percentile(r, 75))]
+        return list(ratio_stats(samples[num], samples[den])[1:])
 
     return {
         "rounds": rounds, "epochs": epochs, "inner": inner, "median_ms": med, "iqr_ms": q,
