@@ -173,8 +173,9 @@ def introduces_split(rw: RB.Rewrite) -> bool:
 
 
 def _changed(fr: dict) -> bool:
+    """The function differs from its input (flattened matmuls that no rewrite touched are restored)."""
     return bool(fr["rewrites_applied"] or fr["batchnorms_folded"] or fr["weights_folded"]
-                or fr["identities_dropped"] or fr["matmul_biases_fused"] or fr["matmuls_flattened"])
+                or fr["identities_dropped"] or fr["matmul_biases_fused"])
 
 
 def _run_checked(module_op, f, rws, by_id, builder, sopts, replayer, opts) -> dict:

@@ -181,7 +181,9 @@ def _search_cost(cfg: dict) -> dict:
             "search_s": sum(f["search_s"] for f in fr), "applied": rep["applied"],
             "rewrites_applied": sum(f["rewrites_applied"] for f in fr),
             "graphs_explored": sum(f["graphs_popped"] for f in fr),
-            "timed_out": any(f["timed_out"] for f in fr)}
+            "timed_out": any(f["timed_out"] for f in fr),
+            # cost-model=cpu: what the pass's own latency check timed and kept, per function
+            "latency_check": [f["latency_check"] for f in fr if "latency_check" in f]}
 
 
 def _selected(args):
@@ -887,6 +889,14 @@ def format_markdown(report: dict) -> str:
                        f"{_pct(pub.get('tensat_speedup'))} | {c['search_s']:.2f}"
                        f"{' (timed out)' if c['timed_out'] else ''} | {c['rewrites_applied']} | "
                        f"{c['graphs_explored']} | {rules} |")
+        checked = [(r["name"], lc) for r in costed for lc in r["cost"].get("latency_check") or ()]
+        if checked:
+            out += ["", "taso-search's latency check (the result timed against the input inside the pass; "
+                    "speedup = input / result, quartiles in brackets):", ""]
+            for name, lc in checked:
+                timed = "; ".join(f"{t['what']} {t['speedup']:.3f}x ({t['iqr'][0]:.3f}-{t['iqr'][1]:.3f})"
+                                  for t in lc.get("tried", ())) or lc.get("why", "")
+                out.append(f"- **{name}**: {timed}; kept: {lc['kept']}")
     out += ["", "Ops by kind after the optimizer:", ""]
     for r in ok:
         a = r["ops"]["after"]

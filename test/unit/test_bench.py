@@ -348,3 +348,20 @@ def test_full_size_model(name):
         exported = export_onnx(import_onnx(model, make_context(), where=name))
         rep = compare_models(model, exported)
         assert rep.rel <= 1e-5, rep
+
+
+def test_cpu_cost_model_reports_the_latency_check(capsys, tmp_path, monkeypatch):
+    """With --cost-model cpu the search's latency check (the result timed against the input inside the pass)
+    is in results.json and report.md for every model the search changed."""
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path / "cache"))
+    rc, out, err = _run(capsys, "--quick", "--in-process", "--models", "resnet50", "--out", tmp_path / "o",
+                        "--optimizer", "taso-search", "--cost-model", "cpu", "--rounds", "2", "--budget", "0")
+    assert rc == 0, err
+    m = json.loads((tmp_path / "o" / "results.json").read_text())["models"][0]
+    assert m["status"] == "ok" and m["cost"]["model"] == "cpu"
+    checks = m["cost"]["latency_check"]
+    assert m["cost"]["rewrites_applied"] > 0 and len(checks) == 1, m["cost"]
+    assert checks[0]["kept"] in ("search result", "search without splits", "input")
+    assert checks[0]["tried"] and all(t["speedup"] > 0 for t in checks[0]["tried"])
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "taso-search's latency check" in md and f"kept: {checks[0]['kept']}" in md
