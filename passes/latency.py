@@ -101,14 +101,17 @@ def compare(before, after, s: Settings = Settings(), seed: int = 0) -> dict:
     blobs = {"before": before.SerializeToString(), "after": after.SerializeToString()}
     keys = ["before", "after"]
 
-    def make_sessions(epoch: int) -> dict:
+    def new_sessions(epoch: int) -> dict:
         order = keys[epoch % 2:] + keys[:epoch % 2]
         return {k: ort.InferenceSession(blobs[k], session_options("all", s.threads),
                                         providers=["CPUExecutionProvider"]) for k in order}
 
-    first = make_sessions(0)
-    feeds = random_feeds(first["before"], np.random.default_rng(seed))
-    del first
+    first = [new_sessions(0)]  # the first epoch's, which also give the inputs' types
+
+    def make_sessions(epoch: int) -> dict:
+        return first.pop() if epoch == 0 and first else new_sessions(epoch)
+
+    feeds = random_feeds(first[0]["before"], np.random.default_rng(seed))
     out = sample(make_sessions, keys, feeds, s)
     sm = out["samples"]
     med, lo, hi = ratio_stats(sm["before"], sm["after"])
