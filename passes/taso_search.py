@@ -32,6 +32,7 @@ from . import tgraph as T
 from .cost import CpuMeasured, get_cost_model
 from .flatten_matmul import flatten_shared_matmuls, unflatten_matmuls
 from .identities import drop_identities
+from .lift_elementwise import lift_elementwise
 from .matmul_bias import fuse_matmul_bias
 from .fold_batchnorm import fold_function
 
@@ -141,6 +142,11 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         identities += drop_identities(f)
     function_dce(f)
     splits_fused = fuse_split_trees(f)
+    lifted, permuted = lift_elementwise(f, builder.cost_model)
+    if permuted:
+        folded += fold_weights(f)
+    if lifted or permuted:
+        function_dce(f)
     concats_fused = fuse_concat_trees(f)
     unflattened = unflatten_matmuls(f)
     # the cost and op count of the function as written (split trees fused), which the search's cost
@@ -162,6 +168,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "weights_folded": pre_folded + folded, "identities_dropped": identities, "splits_fused": splits_fused,
         "concats_fused": concats_fused,
         "matmuls_flattened": flattened, "matmuls_unflattened": unflattened, "matmul_biases_fused": biases,
+        "elementwise_lifted": lifted, "weights_permuted": permuted,
         "search_s": round(search_s, 3), "replay_s": round(replay_s, 3),
     }
 
@@ -421,6 +428,9 @@ def format_report(rep: dict) -> str:
         L.append(f"    batchnorm folding (before the search, included above): {fr['batchnorms_folded']} batchnorms "
                  f"folded into convolutions, cost {before:.4g} -> {fr['cost_after_fold_ms']:.4g} ms, ops "
                  f"{fr['ops_before']} -> {fr['ops_after_fold']}, {fr['fold_batchnorm_s']} s")
+        if fr.get("elementwise_lifted"):
+            L.append(f"    {fr['elementwise_lifted']} elementwise ops on split pieces lifted to one op on the whole "
+                     f"tensor each group ({fr['weights_permuted']} weights' column blocks permuted to align pieces)")
         if fr.get("matmuls_flattened"):
             L.append(f"    {fr['matmuls_flattened']} matmuls of a shared input of rank 3 or more flattened to 2-D for "
                      f"the search ({fr['matmuls_unflattened']} it left alone restored after it)")

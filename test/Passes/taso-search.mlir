@@ -229,3 +229,59 @@ func.func @row_bias_is_not_folded(%x: tensor<4x256xf32>) -> tensor<4x256xf32> {
   %r1 = "taso.relu"(%a1) : (tensor<4x256xf32>) -> tensor<4x256xf32>
   return %r1 : tensor<4x256xf32>
 }
+
+// -----
+
+// Elementwise ops on the pieces of two splits (an RNN cell's gates after its projections merged) lift to
+// one op on the whole tensor and a split (lift_elementwise.py), and then the sigmoids on the sum's
+// pieces (the sum's own split is then dead). Where it gains: three ops on 256-element pieces cost three
+// launches, one op on the whole and a split two. The multiply of one piece pair stays.
+// CHECK-LABEL: func.func @lift_over_splits
+// CHECK: %[[S:.*]] = "taso.ewadd"(%arg0, %arg1) : (tensor<1x1024xf32>, tensor<1x1024xf32>) -> tensor<1x1024xf32>
+// CHECK-NEXT: %[[G:.*]] = "taso.sigmoid"(%[[S]]) : (tensor<1x1024xf32>)
+// CHECK: %[[Q:.*]]:4 = "taso.split"(%[[G]])
+// CHECK: "taso.ewmul"(%{{.*}}#2, %{{.*}}#2) : (tensor<1x256xf32>, tensor<1x256xf32>)
+// CHECK: return %[[Q]]#0, %[[Q]]#1, %{{.*}}, %[[Q]]#3
+// REPORT: @lift_over_splits: {{.*}} ops 9 -> 6
+// REPORT: 6 elementwise ops on split pieces lifted to one op on the whole tensor each group (0 weights'
+func.func @lift_over_splits(%x: tensor<1x1024xf32>, %h: tensor<1x1024xf32>) -> (tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>) {
+  %xs:4 = "taso.split"(%x) {axis = 1 : i64, sizes = array<i64: 256, 256, 256, 256>, resultSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<1x1024xf32>) -> (tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>)
+  %hs:4 = "taso.split"(%h) {axis = 1 : i64, sizes = array<i64: 256, 256, 256, 256>, resultSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<1x1024xf32>) -> (tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>)
+  %a0 = "taso.ewadd"(%xs#0, %hs#0) : (tensor<1x256xf32>, tensor<1x256xf32>) -> tensor<1x256xf32>
+  %a1 = "taso.ewadd"(%hs#1, %xs#1) : (tensor<1x256xf32>, tensor<1x256xf32>) -> tensor<1x256xf32>
+  %a3 = "taso.ewadd"(%xs#3, %hs#3) : (tensor<1x256xf32>, tensor<1x256xf32>) -> tensor<1x256xf32>
+  %g0 = "taso.sigmoid"(%a0) : (tensor<1x256xf32>) -> tensor<1x256xf32>
+  %g1 = "taso.sigmoid"(%a1) : (tensor<1x256xf32>) -> tensor<1x256xf32>
+  %g3 = "taso.sigmoid"(%a3) : (tensor<1x256xf32>) -> tensor<1x256xf32>
+  %m2 = "taso.ewmul"(%xs#2, %hs#2) : (tensor<1x256xf32>, tensor<1x256xf32>) -> tensor<1x256xf32>
+  return %g0, %g1, %m2, %g3 : tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>
+}
+
+// -----
+
+// Not two ops on two pieces: one op on the whole and its split cost as much (two launches).
+// CHECK-LABEL: func.func @two_pieces_do_not_lift
+// CHECK-COUNT-2: "taso.tanh"(%{{.*}}#{{[0-9]}}) : (tensor<1x256xf32>)
+// REPORT: @two_pieces_do_not_lift: {{.*}} ops 3 -> 3
+func.func @two_pieces_do_not_lift(%x: tensor<1x512xf32>) -> (tensor<1x256xf32>, tensor<1x256xf32>) {
+  %xs:2 = "taso.split"(%x) {axis = 1 : i64, sizes = array<i64: 256, 256>, resultSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<1x512xf32>) -> (tensor<1x256xf32>, tensor<1x256xf32>)
+  %t0 = "taso.tanh"(%xs#0) : (tensor<1x256xf32>) -> tensor<1x256xf32>
+  %t1 = "taso.tanh"(%xs#1) : (tensor<1x256xf32>) -> tensor<1x256xf32>
+  return %t0, %t1 : tensor<1x256xf32>, tensor<1x256xf32>
+}
+
+// -----
+
+// Not when the two splits cut different sizes: the pieces do not line up (and neither side is a matmul
+// whose weight could be permuted).
+// CHECK-LABEL: func.func @no_lift_across_different_cuts
+// CHECK-COUNT-3: "taso.ewadd"(%{{.*}}#{{[0-9]}}, %{{.*}}#{{[0-9]}}) : (tensor<1x256xf32>
+// REPORT: @no_lift_across_different_cuts: {{.*}} ops 5 -> 5
+func.func @no_lift_across_different_cuts(%x: tensor<1x1024xf32>, %h: tensor<1x1024xf32>) -> (tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>) {
+  %xs:4 = "taso.split"(%x) {axis = 1 : i64, sizes = array<i64: 256, 256, 256, 256>, resultSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<1x1024xf32>) -> (tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>)
+  %hs:3 = "taso.split"(%h) {axis = 1 : i64, sizes = array<i64: 256, 256, 512>, resultSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<1x1024xf32>) -> (tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x512xf32>)
+  %a0 = "taso.ewadd"(%xs#0, %hs#0) : (tensor<1x256xf32>, tensor<1x256xf32>) -> tensor<1x256xf32>
+  %a1 = "taso.ewadd"(%xs#1, %hs#1) : (tensor<1x256xf32>, tensor<1x256xf32>) -> tensor<1x256xf32>
+  %a2 = "taso.ewadd"(%xs#2, %hs#1) : (tensor<1x256xf32>, tensor<1x256xf32>) -> tensor<1x256xf32>
+  return %a0, %a1, %a2 : tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>
+}

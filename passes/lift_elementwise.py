@@ -1,0 +1,267 @@
+"""Lifting elementwise ops over splits: one op on the whole tensor instead of one per piece.
+
+Where ``f(split(X)#i, split(Y)#i)`` (``f``: ``ewadd`` or ``ewmul``; the two splits on one axis with the
+same sizes) or ``g(split(X)#i)`` (``g``: ``relu``, ``sigmoid`` or ``tanh``) appears for two or more
+pieces ``i``, those ops become the pieces of ``split(f(X, Y))`` (``split(g(X))``): an elementwise op
+computes each element from the elements at the same position, so piece ``i`` of the op on the whole is
+the op on the pieces ``i``, bit for bit. A merge of k sibling matmuls leaves such pieces (an RNN cell's
+gates: the input and recurrent projections of every gate, each merged into one matmul and split, then
+added gate by gate), and TASO's split axioms speak only of splits of a concat, so the rules cannot do
+this. Where the pieces pair up in different orders (``f(split(X)#i, split(Y)#j)``, the two merges
+having concatenated their weights in different orders) and ``Y`` is a matmul on a weight whose columns
+the split cuts, that weight's (and bias's) column blocks are permuted first, as weight-only ops that
+the weight folding after this pass computes: ``x @ [W_a | W_b] = [x @ W_a | x @ W_b]`` (axiom A28), so
+the pieces of ``Y`` come out in ``X``'s order.
+
+Each lift happens only where the cost model says the op on the whole and its split cost less than the
+ops on the pieces. ``taso-search`` runs this after the search, on the function as written (split trees
+fused), until nothing more lifts: a lifted ``ewadd``'s pieces can lift the activations on them.
+``prove()`` checks both identities (lifting, alignment) with Z3; ``test/unit/test_lift_elementwise.py`` tests the pass
+against the reference semantics and in onnxruntime.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from taso_mlir.dialect import specs
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.ops import create_taso_op, elem_type, taso_attrs
+
+from .flatten_matmul import _owner, _shape
+
+BINARY = ("ewadd", "ewmul")
+UNARY = ("relu", "sigmoid", "tanh")
+
+
+def prove(max_pieces: int = 3, max_len: int = 2, max_inner: int = 2):
+    """Z3 proof over the reals of the two identities the pass uses, for splits into 2..``max_pieces``
+    pieces of lengths 1..``max_len`` (every layout), with uninterpreted elementwise ops ``f`` and ``g``
+    and symbolic tensors (uninterpreted functions of the indices):
+
+    - lifting: element ``e`` of piece ``i`` of ``split(f(X, Y))`` (``split(g(X))``) equals ``f`` (``g``)
+      of element ``e`` of pieces ``i`` of ``split(X)`` and ``split(Y)``;
+    - alignment: for every order of the pieces and inner length 1..``max_inner``, piece ``p`` of
+      ``split(x @ W' + b')``, where ``W'`` and ``b'`` concatenate the column blocks of ``W`` and ``b`` in
+      that order, equals piece ``order[p]`` of ``split(x @ W + b)``, element by element.
+
+    A piece of a split is the elements at its offset onward (``split`` along the last axis of a row; other
+    rows and leading axes index alike). Returns ``z3.unsat`` (proved) or the first other result."""
+    import itertools
+
+    import z3
+
+    R, I = z3.RealSort(), z3.IntSort()
+    X, Y = z3.Function("X", I, R), z3.Function("Y", I, R)
+    f, g = z3.Function("f", R, R, R), z3.Function("g", R, R)
+    x, W, b = z3.Function("x", I, R), z3.Function("W", I, I, R), z3.Function("b", I, R)
+    e = z3.Int("e")
+
+    def check(*claims):
+        s = z3.Solver()
+        s.add(e >= 0, z3.Not(z3.And(*claims)))
+        return s.check()
+
+    for n in range(2, max_pieces + 1):
+        for sizes in itertools.product(range(1, max_len + 1), repeat=n):
+            offs = [sum(sizes[:i]) for i in range(n)]
+            for i in range(n):
+                def piece(t, i=i):  # element e of piece i of a split tensor t (a function of the index)
+                    return t(offs[i] + e)
+                lifted_f = piece(lambda c: f(X(c), Y(c)))
+                lifted_g = piece(lambda c: g(X(c)))
+                r = check(z3.Implies(e < sizes[i], z3.And(lifted_f == f(piece(X), piece(Y)), lifted_g == g(piece(X)))))
+                if r != z3.unsat:
+                    return r
+            for order in itertools.permutations(range(n)):
+                psizes = [sizes[j] for j in order]
+                poffs = [sum(psizes[:p]) for p in range(n)]
+                for kk in range(1, max_inner + 1):
+                    def col(c_new, p):  # the column of W that column c_new of W' is (in piece p)
+                        return offs[order[p]] + (c_new - poffs[p])
+                    for p in range(n):
+                        c_new = poffs[p] + e
+                        permuted = z3.Sum([x(k) * W(k, col(c_new, p)) for k in range(kk)]) + b(col(c_new, p))
+                        original = z3.Sum([x(k) * W(k, offs[order[p]] + e) for k in range(kk)]) + b(offs[order[p]] + e)
+                        r = check(z3.Implies(e < psizes[p], permuted == original))
+                        if r != z3.unsat:
+                            return r
+    return z3.unsat
+
+
+def _split_of(v: ir.Value) -> Optional[tuple[ir.Operation, int]]:
+    o = _owner(v)
+    if o is None or o.name != "taso.split":
+        return None
+    return o, ir.OpResult(v).result_number
+
+
+def _sig(kind: str, attrs: dict, ins: list, outs: list, dtype: str, weights: tuple):
+    from .cost import OpSig
+    from .tgraph import _attrs_tuple
+
+    return OpSig(kind, _attrs_tuple(specs.spec(kind).complete_attrs(attrs)), tuple(tuple(s) for s in ins),
+                 tuple(tuple(s) for s in outs), dtype, False, weights)
+
+
+class _Lifter:
+    def __init__(self, f: ir.Operation, cost_model):
+        self.block = f.regions[0].blocks[0]
+        self.cm = cost_model
+        self.lifted = 0
+        self.permuted = 0
+
+    # ---- costs ----
+    def _gains(self, kind: str, split: ir.Operation, pieces: list, n_operands: int) -> bool:
+        whole = _shape(split.operands[0])
+        if whole is None:
+            return False
+        dtype = str(elem_type(split.operands[0]))
+        a = taso_attrs(split)
+        pshapes = [_shape(r) for r in split.results]
+        w = (False,) * n_operands
+        old = sum(self.cm.cost(_sig(kind, {}, [pshapes[i]] * n_operands, [pshapes[i]], dtype, w)) for i in pieces)
+        new = (self.cm.cost(_sig(kind, {}, [whole] * n_operands, [whole], dtype, w))
+               + self.cm.cost(_sig("split", {"axis": a["axis"], "sizes": a["sizes"]}, [whole], pshapes, dtype,
+                                   (False,))))
+        return new < old
+
+    # ---- the rewrite ----
+    def _lift(self, kind: str, split: ir.Operation, operands: list, ops_by_piece: dict) -> None:
+        first = min(ops_by_piece.values(), key=self._position)
+        a = taso_attrs(split)
+        with ir.InsertionPoint(first):
+            whole = create_taso_op(kind, operands, [split.operands[0].type], {}, loc=first.location)
+            pieces = create_taso_op("split", [whole.results[0]], [r.type for r in split.results],
+                                    {"axis": a["axis"], "sizes": list(a["sizes"])}, loc=first.location)
+        for i, op in ops_by_piece.items():
+            op.results[0].replace_all_uses_with(pieces.results[i])
+            op.erase()
+        self.lifted += len(ops_by_piece)
+
+    def _position(self, op: ir.Operation) -> int:
+        for k, o in enumerate(self.block.operations):
+            if o.operation == op:
+                return k
+        raise AssertionError("op not in the block")
+
+    def _unary(self, split: ir.Operation) -> bool:
+        for kind in UNARY:
+            group = {}
+            for i, r in enumerate(split.results):
+                for u in r.uses:
+                    op = u.owner.operation if isinstance(u.owner, ir.OpView) else u.owner
+                    if op.name == f"taso.{kind}" and i not in group:
+                        group[i] = op
+            if len(group) >= 2 and self._gains(kind, split, list(group), 1):
+                self._lift(kind, split, [split.operands[0]], group)
+                return True
+        return False
+
+    def _binary(self, split: ir.Operation) -> bool:
+        a = taso_attrs(split)
+        # (kind, partner split) -> [(my piece, partner piece, op)]
+        groups: dict = {}
+        for i, r in enumerate(split.results):
+            for u in r.uses:
+                op = u.owner.operation if isinstance(u.owner, ir.OpView) else u.owner
+                if op.name not in ("taso.ewadd", "taso.ewmul") or len(op.operands) != 2:
+                    continue
+                other = op.operands[1] if op.operands[0] == r else op.operands[0]
+                if op.operands[0] == op.operands[1]:
+                    continue
+                p = _split_of(other)
+                if p is None or p[0] == split or op.results[0].type != r.type:
+                    continue
+                partner, j = p
+                pa = taso_attrs(partner)
+                if pa["axis"] != a["axis"] or partner.operands[0].type != split.operands[0].type:
+                    continue
+                groups.setdefault((op.name[5:], partner), []).append((i, j, op))
+        for (kind, partner), pairs in groups.items():
+            # pieces paired in different orders: align the partner first (then all of them lift at once)
+            if len(pairs) >= 2 and any(i != j for i, j, _ in pairs) and self._align(split, partner, pairs):
+                return True
+            mine = {}
+            for i, j, op in pairs:
+                if i == j and i not in mine:
+                    mine[i] = op
+            if len(mine) >= 2 and list(taso_attrs(partner)["sizes"]) == list(a["sizes"]) \
+                    and self._gains(kind, split, list(mine), 2):
+                self._lift(kind, split, [split.operands[0], partner.operands[0]], mine)
+                return True
+        return False
+
+    # ---- aligning a partner's pieces by permuting its weight's column blocks ----
+    def _align(self, split: ir.Operation, partner: ir.Operation, pairs: list) -> bool:
+        a, pa = taso_attrs(split), taso_attrs(partner)
+        sizes, psizes = list(a["sizes"]), list(pa["sizes"])
+        n = len(psizes)
+        if len(sizes) != n:
+            return False
+        want: dict = {}  # new position -> old piece of the partner
+        for i, j, _ in pairs:
+            if want.get(i, j) != j or (i not in want and j in want.values()):
+                return False  # a piece paired with two others: no one order serves both
+            want[i] = j
+        rest = iter([j for j in range(n) if j not in want.values()])
+        order = [want[i] if i in want else next(rest) for i in range(n)]
+        if [psizes[j] for j in order] != sizes or order == list(range(n)):
+            return False
+        y = partner.operands[0]
+        m = _owner(y)
+        if m is None or m.name != "taso.matmul" or sum(1 for _ in y.uses) != 1:
+            return False
+        if taso_attrs(m).get("activation", "none") not in ("none", "relu"):
+            return False
+        rank = len(_shape(y) or [])
+        if pa["axis"] != rank - 1 or _owner(m.operands[1]) is None or _owner(m.operands[1]).name != "taso.weight":
+            return False
+        bias = m.operands[2] if len(m.operands) == 3 else None
+        if bias is not None and (_owner(bias) is None or _owner(bias).name != "taso.weight"):
+            return False
+        loc = m.location
+        with ir.InsertionPoint(m):
+            w = self._permuted(m.operands[1], 1, psizes, order, loc)
+            b = self._permuted(bias, 0, psizes, order, loc) if bias is not None else None
+            new_m = create_taso_op("matmul", [m.operands[0], w] + ([b] if b is not None else []), [y.type],
+                                   {k: v for k, v in taso_attrs(m).items()}, loc=loc)
+            new_s = create_taso_op("split", [new_m.results[0]], [partner.results[j].type for j in order],
+                                   {"axis": pa["axis"], "sizes": [psizes[j] for j in order]}, loc=partner.location)
+        for pos, j in enumerate(order):
+            partner.results[j].replace_all_uses_with(new_s.results[pos])
+        partner.erase()
+        m.erase()
+        self.permuted += 1
+        return True
+
+    def _permuted(self, w: ir.Value, axis: int, sizes: list, order: list, loc) -> ir.Value:
+        """concat(split(w)[order]) along ``axis``: weight-only ops, folded after the pass."""
+        shape = _shape(w)
+        et = ir.RankedTensorType(w.type).element_type
+
+        def t(s):
+            return ir.RankedTensorType.get(s, et)
+        piece_types = [t(shape[:axis] + [s] + shape[axis + 1:]) for s in sizes]
+        sp = create_taso_op("split", [w], piece_types, {"axis": axis, "sizes": sizes}, loc=loc)
+        cat = create_taso_op("concat", [sp.results[j] for j in order], [w.type], {"axis": axis}, loc=loc)
+        return cat.results[0]
+
+    def run(self) -> None:
+        while True:
+            for o in list(self.block.operations):
+                op = o.operation
+                if op.name == "taso.split" and _shape(op.operands[0]) is not None and (
+                        self._unary(op) or self._binary(op)):
+                    break
+            else:
+                return
+
+
+def lift_elementwise(f: ir.Operation, cost_model) -> tuple[int, int]:
+    """Lift elementwise ops over the splits of the function ``f`` (module docstring) where
+    ``cost_model`` says it gains, until nothing more lifts. Returns (ops lifted, weights permuted); the
+    permuted weights are weight-only ops for ``fold_weights``."""
+    lf = _Lifter(f, cost_model)
+    lf.run()
+    return lf.lifted, lf.permuted

@@ -1,0 +1,138 @@
+"""Lifting elementwise ops over splits (``passes.lift_elementwise``): its proof, what it lifts and what it
+leaves alone, the alignment of a matmul's pieces by permuting its weight's column blocks, the cost guard,
+and end to end on an RNN cell in onnxruntime."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from taso_mlir.benchmarks.suite import build_nasrnn
+from taso_mlir.dialect.mlir import ir, make_context
+from taso_mlir.passes.cost import CostModel, get_cost_model
+from taso_mlir.passes.lift_elementwise import lift_elementwise, prove
+from taso_mlir.passes.taso_search import fold_weights
+from taso_mlir.dialect.ops import function_dce
+from unit_helpers import run_function
+
+
+def test_proof():
+    import z3
+
+    assert prove() == z3.unsat
+
+
+def _split(name, src, n, piece, whole):
+    sizes = ", ".join([str(piece)] * n)
+    seg = ", ".join(["1"] * n + ["0"] * (16 - n))
+    types = ", ".join([f"tensor<1x{piece}xf32>"] * n)
+    return (f'%{name}:{n} = "taso.split"(%{src}) {{axis = 1 : i64, sizes = array<i64: {sizes}>, '
+            f'resultSegmentSizes = array<i32: {seg}>}} : (tensor<1x{whole}xf32>) -> ({types})')
+
+
+def _ew(name, kind, a, b, piece):
+    return f'%{name} = "taso.{kind}"(%{a}, %{b}) : (tensor<1x{piece}xf32>, tensor<1x{piece}xf32>) -> tensor<1x{piece}xf32>'
+
+
+def _weights(rng, k, n):
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    return (f'%w = "taso.weight"() {{name = "w", value = dense<{w.tolist()}> : tensor<{k}x{n}xf32>}} : () -> tensor<{k}x{n}xf32>\n'
+            f'  %b = "taso.weight"() {{name = "b", value = dense<{b.tolist()}> : tensor<{n}xf32>}} : () -> tensor<{n}xf32>')
+
+
+def _gates(pairs, extra_use=False, piece=8, n=4, k=6):
+    """x [1, n*piece] split n ways; y = matmul(h, w, b) split n ways; one ewadd per (i, j) in ``pairs``."""
+    whole = piece * n
+    rng = np.random.default_rng(0)
+    outs = [f"a{t}" for t in range(len(pairs))] + (["y"] if extra_use else [])
+    otypes = [f"tensor<1x{piece}xf32>"] * len(pairs) + ([f"tensor<1x{whole}xf32>"] if extra_use else [])
+    body = [_weights(rng, k, whole),
+            f'%y = "taso.matmul"(%h, %w, %b) {{activation = "none", operandSegmentSizes = array<i32: 1, 1, 1>}} : '
+            f'(tensor<1x{k}xf32>, tensor<{k}x{whole}xf32>, tensor<{whole}xf32>) -> tensor<1x{whole}xf32>',
+            _split("xs", "x", n, piece, whole), _split("ys", "y", n, piece, whole)]
+    body += [_ew(f"a{t}", "ewadd", f"xs#{i}", f"ys#{j}", piece) for t, (i, j) in enumerate(pairs)]
+    return (f"func.func @f(%x: tensor<1x{whole}xf32>, %h: tensor<1x{k}xf32>) -> ({', '.join(otypes)}) {{\n  "
+            + "\n  ".join(body) + f"\n  return {', '.join('%' + o for o in outs)} : {', '.join(otypes)}\n}}\n")
+
+
+def _run(text, cost_model=None):
+    """(ops by name after the pass, (lifted, permuted), reference outputs before, after)."""
+    ctx = make_context()
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(text)
+        f = m.body.operations[0].operation
+        rng = np.random.default_rng(1)
+        args = [rng.standard_normal(ir.RankedTensorType(a.type).shape) for a in f.regions[0].blocks[0].arguments]
+        before = run_function(f, args)
+        got = lift_elementwise(f, cost_model or get_cost_model("analytic"))
+        fold_weights(f)
+        function_dce(f)
+        assert f.verify()
+        after = run_function(f, args)
+        names = [o.operation.name for o in f.regions[0].blocks[0].operations]
+    return names, got, before, after
+
+
+def _same(before, after):
+    assert len(before) == len(after)
+    for x, y in zip(before, after):
+        np.testing.assert_allclose(y, x, rtol=1e-6, atol=1e-6)
+
+
+def test_aligned_pieces_lift():
+    names, got, before, after = _run(_gates([(0, 0), (1, 1), (3, 3)]))
+    assert got == (3, 0)
+    assert names.count("taso.ewadd") == 1
+    _same(before, after)
+
+
+def test_pieces_in_another_order_are_aligned_by_permuting_the_weight_then_lift():
+    names, got, before, after = _run(_gates([(0, 1), (1, 0), (2, 3), (3, 2)]))
+    assert got == (4, 1)
+    assert names.count("taso.ewadd") == 1 and names.count("taso.concat") == 0, names  # the permutation folded
+    _same(before, after)
+
+
+def test_no_alignment_where_the_matmul_has_another_use():
+    names, got, before, after = _run(_gates([(0, 1), (1, 0), (2, 3), (3, 2)], extra_use=True))
+    assert got == (0, 0) and names.count("taso.ewadd") == 4
+    _same(before, after)
+
+
+class _NoLaunch(CostModel):
+    """Bytes only: one op on the whole tensor and its split move more than the ops on the pieces."""
+
+    name = "bytes"
+
+    def _cost(self, sig):
+        from taso_mlir.passes.cost import nbytes
+
+        return nbytes(sig) * 1e-9
+
+
+def test_the_cost_model_decides():
+    names, got, before, after = _run(_gates([(0, 0), (1, 1), (3, 3)]), cost_model=_NoLaunch())
+    assert got == (0, 0) and names.count("taso.ewadd") == 3
+    _same(before, after)
+
+
+def test_rnn_cell_end_to_end_in_onnxruntime(tmp_path):
+    src = tmp_path / "nasrnn.onnx"
+    onnx.save(build_nasrnn(steps=3, hidden=16), src)
+    out, rep = tmp_path / "out.onnx", tmp_path / "rep.json"
+    r = subprocess.run([sys.executable, "-m", "taso_mlir.tools.taso_opt", str(src), "--taso-search", "-o", str(out),
+                        f"--taso-report={rep}"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    fr = json.loads(rep.read_text())["functions"][0]
+    assert fr["elementwise_lifted"] >= 6, fr
+    feeds = {"x": np.random.default_rng(2).standard_normal((3, 1, 16)).astype(np.float32)}
+    ya = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    yb = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(yb, ya, rtol=1e-5, atol=1e-6)
