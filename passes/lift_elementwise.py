@@ -178,10 +178,15 @@ class _Lifter:
                 if pa["axis"] != a["axis"] or partner.operands[0].type != split.operands[0].type:
                     continue
                 groups.setdefault((op.name[5:], partner), []).append((i, j, op))
+        by_partner: dict = {}
         for (kind, partner), pairs in groups.items():
-            # pieces paired in different orders: align the partner first (then all of them lift at once)
+            by_partner.setdefault(partner, []).extend(pairs)
+        for partner, pairs in by_partner.items():
+            # pieces paired in different orders: align the partner first (then they lift at once), with
+            # the pairs of every kind, so that like merges get like orders (and their weights merge)
             if len(pairs) >= 2 and any(i != j for i, j, _ in pairs) and self._align(split, partner, pairs):
                 return True
+        for (kind, partner), pairs in groups.items():
             mine = {}
             for i, j, op in pairs:
                 if i == j and i not in mine:
@@ -194,6 +199,11 @@ class _Lifter:
 
     # ---- aligning a partner's pieces by permuting its weight's column blocks ----
     def _align(self, split: ir.Operation, partner: ir.Operation, pairs: list) -> bool:
+        """Permute the pieces of ``partner`` (else of ``split``) so that paired pieces share positions."""
+        return (self._permute_to(split, partner, pairs)
+                or self._permute_to(partner, split, [(j, i, op) for i, j, op in pairs]))
+
+    def _permute_to(self, split: ir.Operation, partner: ir.Operation, pairs: list) -> bool:
         a, pa = taso_attrs(split), taso_attrs(partner)
         sizes, psizes = list(a["sizes"]), list(pa["sizes"])
         n = len(psizes)

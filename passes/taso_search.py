@@ -145,7 +145,8 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     lifted, permuted = lift_elementwise(f, builder.cost_model)
     if permuted:
         folded += fold_weights(f)
-    if lifted or permuted:
+    merged = merge_duplicate_weights(f) if folded else 0
+    if lifted or permuted or merged:
         function_dce(f)
     concats_fused = fuse_concat_trees(f)
     unflattened = unflatten_matmuls(f)
@@ -168,7 +169,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "weights_folded": pre_folded + folded, "identities_dropped": identities, "splits_fused": splits_fused,
         "concats_fused": concats_fused,
         "matmuls_flattened": flattened, "matmuls_unflattened": unflattened, "matmul_biases_fused": biases,
-        "elementwise_lifted": lifted, "weights_permuted": permuted,
+        "elementwise_lifted": lifted, "weights_permuted": permuted, "weights_merged": merged,
         "search_s": round(search_s, 3), "replay_s": round(replay_s, 3),
     }
 
@@ -313,6 +314,36 @@ def fold_weights(f: ir.Operation) -> int:
     return folded
 
 
+def merge_duplicate_weights(f: ir.Operation) -> int:
+    """Make each weight the folding created (``taso_folded_*``) that holds the same type and values as
+    an earlier weight that weight: merges that concatenate the same kernels at several sites, or a
+    weight permuted alike for several matmuls, would otherwise write one copy each into the model.
+    Returns the number of weights merged (their ops are dead afterwards)."""
+    import hashlib
+
+    block = f.regions[0].blocks[0]
+    weights = [o.operation for o in block.operations if o.operation.name == "taso.weight"]
+    folded_types = {str(w.results[0].type) for w in weights
+                    if ir.StringAttr(w.attributes["name"]).value.startswith("taso_folded_")}
+    seen: dict = {}
+    merged = 0
+    for w in weights:
+        t = str(w.results[0].type)
+        if t not in folded_types:
+            continue
+        arr = np.ascontiguousarray(dense_array(w.attributes["value"]))
+        key = (t, hashlib.blake2b(arr.tobytes(), digest_size=16).digest())
+        first = seen.get(key)
+        if first is None:
+            seen[key] = (w, arr)
+            continue
+        if not ir.StringAttr(w.attributes["name"]).value.startswith("taso_folded_") or not np.array_equal(first[1], arr):
+            continue  # the input's own weights stay as they are
+        w.results[0].replace_all_uses_with(first[0].results[0])
+        merged += 1
+    return merged
+
+
 def fuse_concat_trees(f: ir.Operation) -> int:
     """Make each concat that is an operand of another concat on the same axis, and has no other use,
     part of it: one concat of all the pieces (at most ``specs.MAX_ARITY``), which reads and writes the
@@ -423,7 +454,8 @@ def format_report(rep: dict) -> str:
                  f"PDL replay and folding {fr['replay_s']} s, {fr['weights_folded']} weight ops folded, "
                  f"{fr['splits_fused']} nested splits and {fr['concats_fused']} nested concats fused, "
                  f"{fr['identities_dropped']} identity ops (x + 0, x * 1) dropped, "
-                 f"{fr.get('matmul_biases_fused', 0)} bias adds folded into matmuls"
+                 f"{fr.get('matmul_biases_fused', 0)} bias adds folded into matmuls, "
+                 f"{fr.get('weights_merged', 0)} duplicate folded weights merged"
                  + (", TIMED OUT (best so far kept)" if fr["timed_out"] else ""))
         L.append(f"    batchnorm folding (before the search, included above): {fr['batchnorms_folded']} batchnorms "
                  f"folded into convolutions, cost {before:.4g} -> {fr['cost_after_fold_ms']:.4g} ms, ops "

@@ -47,8 +47,9 @@ def _weights(rng, k, n):
             f'  %b = "taso.weight"() {{name = "b", value = dense<{b.tolist()}> : tensor<{n}xf32>}} : () -> tensor<{n}xf32>')
 
 
-def _gates(pairs, extra_use=False, piece=8, n=4, k=6):
-    """x [1, n*piece] split n ways; y = matmul(h, w, b) split n ways; one ewadd per (i, j) in ``pairs``."""
+def _gates(pairs, extra_use=False, piece=8, n=4, k=6, matmul_first=False):
+    """x [1, n*piece] split n ways; y = matmul(h, w, b) split n ways; one ewadd per (i, j) in ``pairs``
+    (``matmul_first``: y's split comes first in the block, so the pass meets it first)."""
     whole = piece * n
     rng = np.random.default_rng(0)
     outs = [f"a{t}" for t in range(len(pairs))] + (["y"] if extra_use else [])
@@ -56,7 +57,8 @@ def _gates(pairs, extra_use=False, piece=8, n=4, k=6):
     body = [_weights(rng, k, whole),
             f'%y = "taso.matmul"(%h, %w, %b) {{activation = "none", operandSegmentSizes = array<i32: 1, 1, 1>}} : '
             f'(tensor<1x{k}xf32>, tensor<{k}x{whole}xf32>, tensor<{whole}xf32>) -> tensor<1x{whole}xf32>',
-            _split("xs", "x", n, piece, whole), _split("ys", "y", n, piece, whole)]
+            *([_split("ys", "y", n, piece, whole), _split("xs", "x", n, piece, whole)] if matmul_first else
+              [_split("xs", "x", n, piece, whole), _split("ys", "y", n, piece, whole)])]
     body += [_ew(f"a{t}", "ewadd", f"xs#{i}", f"ys#{j}", piece) for t, (i, j) in enumerate(pairs)]
     return (f"func.func @f(%x: tensor<1x{whole}xf32>, %h: tensor<1x{k}xf32>) -> ({', '.join(otypes)}) {{\n  "
             + "\n  ".join(body) + f"\n  return {', '.join('%' + o for o in outs)} : {', '.join(otypes)}\n}}\n")
@@ -100,6 +102,14 @@ def test_pieces_in_another_order_are_aligned_by_permuting_the_weight_then_lift()
     _same(before, after)
 
 
+def test_alignment_from_either_side():
+    """Met from the matmul's split first, whose partner (a function argument) cannot be permuted: the
+    matmul's own weight is."""
+    names, got, before, after = _run(_gates([(0, 1), (1, 0), (2, 3), (3, 2)], matmul_first=True))
+    assert got == (4, 1) and names.count("taso.ewadd") == 1, names
+    _same(before, after)
+
+
 def test_no_alignment_where_the_matmul_has_another_use():
     names, got, before, after = _run(_gates([(0, 1), (1, 0), (2, 3), (3, 2)], extra_use=True))
     assert got == (0, 0) and names.count("taso.ewadd") == 4
@@ -136,3 +146,37 @@ def test_rnn_cell_end_to_end_in_onnxruntime(tmp_path):
     ya = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     yb = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(yb, ya, rtol=1e-5, atol=1e-6)
+
+
+def test_duplicate_folded_weights_merge():
+    """Two weight-only concats of the same kernels fold into equal weights, which become one; the input's
+    own weights are left as they are even where equal."""
+    from taso_mlir.passes.taso_search import merge_duplicate_weights
+
+    text = """
+func.func @f(%x: tensor<2x4xf32>) -> (tensor<2x8xf32>, tensor<2x8xf32>, tensor<2x4xf32>, tensor<2x4xf32>) {
+  %a = "taso.weight"() {name = "a", value = dense<1.5> : tensor<4x4xf32>} : () -> tensor<4x4xf32>
+  %b = "taso.weight"() {name = "b", value = dense<-0.5> : tensor<4x4xf32>} : () -> tensor<4x4xf32>
+  %a2 = "taso.weight"() {name = "a2", value = dense<1.5> : tensor<4x4xf32>} : () -> tensor<4x4xf32>
+  %c1 = "taso.concat"(%a, %b) {axis = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x8xf32>
+  %c2 = "taso.concat"(%a, %b) {axis = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x8xf32>
+  %m1 = "taso.matmul"(%x, %c1) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
+  %m2 = "taso.matmul"(%x, %c2) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
+  %m3 = "taso.matmul"(%x, %a) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  %m4 = "taso.matmul"(%x, %a2) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  return %m1, %m2, %m3, %m4 : tensor<2x8xf32>, tensor<2x8xf32>, tensor<2x4xf32>, tensor<2x4xf32>
+}
+"""
+    ctx = make_context()
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(text)
+        f = m.body.operations[0].operation
+        x = [np.random.default_rng(0).standard_normal((2, 4))]
+        before = run_function(f, x)
+        assert fold_weights(f) == 2
+        assert merge_duplicate_weights(f) == 1
+        function_dce(f)
+        names = [ir.StringAttr(o.operation.attributes["name"]).value for o in f.regions[0].blocks[0].operations
+                 if o.operation.name == "taso.weight"]
+        assert len(names) == 3 and sorted(names)[:2] == ["a", "a2"] and names[2].startswith("taso_folded_"), names
+        _same(before, run_function(f, x))
