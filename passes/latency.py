@@ -22,7 +22,7 @@ import numpy as np
 class Settings:
     rounds: int = 31  # at most this many rounds
     min_rounds: int = 6  # at least this many, even past the budget
-    budget_s: float = 2.0  # stop adding rounds after this long (sessions' creation not counted)
+    budget_s: float = 2.0  # stop adding rounds after this long (from the start: later sessions' creation counts)
     epochs: int = 2  # sets of fresh sessions the rounds are spread over
     warmup: int = 1  # runs of each session before its rounds
     min_sample_s: float = 0.02  # a fast model runs this long back to back per sample

@@ -183,8 +183,11 @@ class _Lifter:
             by_partner.setdefault(partner, []).extend(pairs)
         for partner, pairs in by_partner.items():
             # pieces paired in different orders: align the partner first (then they lift at once), with
-            # the pairs of every kind, so that like merges get like orders (and their weights merge)
-            if len(pairs) >= 2 and any(i != j for i, j, _ in pairs) and self._align(split, partner, pairs):
+            # the pairs of every kind, so that like merges get like orders (and their weights merge);
+            # only where a lift it enables gains
+            if len(pairs) >= 2 and any(i != j for i, j, _ in pairs) and any(
+                    len(ps) >= 2 and self._gains(kind, split, sorted({i for i, _, _ in ps}), 2)
+                    for (kind, p), ps in groups.items() if p == partner) and self._align(split, partner, pairs):
                 return True
         for (kind, partner), pairs in groups.items():
             mine = {}
@@ -227,6 +230,8 @@ class _Lifter:
         rank = len(_shape(y) or [])
         if pa["axis"] != rank - 1 or _owner(m.operands[1]) is None or _owner(m.operands[1]).name != "taso.weight":
             return False
+        if len(_shape(m.operands[1]) or []) != 2:
+            return False  # a batched weight: its columns are not axis 1
         bias = m.operands[2] if len(m.operands) == 3 else None
         if bias is not None and (_owner(bias) is None or _owner(bias).name != "taso.weight"):
             return False

@@ -151,3 +151,46 @@ def test_real_timing_decides_consistently(model, monkeypatch, tmp_path):
     with ctx:
         ref = export_onnx(import_onnx(model, ctx))
     _same_numbers(ref, out)
+
+
+def test_the_kept_input_reports_no_changes(model, scripted):
+    answers, _ = scripted
+    answers.extend([(0.95, 0.94, 0.96), (0.97, 0.96, 0.99)])
+    *_, fr = _optimize(model)
+    assert fr["latency_check"]["kept"] == "input"
+    assert all(fr[k] == 0 for k in taso_search._CHANGE_COUNTS), {k: fr[k] for k in taso_search._CHANGE_COUNTS}
+
+
+def test_a_result_that_cannot_be_timed_stands_and_says_why(model, scripted, monkeypatch):
+    def refuse(*a, **k):
+        raise RuntimeError("onnxruntime refuses the model\nsecond line")
+
+    monkeypatch.setattr(L, "compare", refuse)
+    *_, fr = _optimize(model)
+    lc = fr["latency_check"]
+    assert lc["kept"] == "search result" and lc["why"] == "not timed: onnxruntime refuses the model second line"
+    assert fr["applied"]
+
+
+LIFT_ONLY = """
+func.func @f(%x: tensor<1x1024xf32>, %h: tensor<1x1024xf32>) -> (tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>) {
+  %xs:4 = "taso.split"(%x) {axis = 1 : i64, sizes = array<i64: 256, 256, 256, 256>, resultSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<1x1024xf32>) -> (tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>)
+  %hs:4 = "taso.split"(%h) {axis = 1 : i64, sizes = array<i64: 256, 256, 256, 256>, resultSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<1x1024xf32>) -> (tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>)
+  %a0 = "taso.ewadd"(%xs#0, %hs#0) : (tensor<1x256xf32>, tensor<1x256xf32>) -> tensor<1x256xf32>
+  %a1 = "taso.ewadd"(%xs#1, %hs#1) : (tensor<1x256xf32>, tensor<1x256xf32>) -> tensor<1x256xf32>
+  %a2 = "taso.ewadd"(%xs#2, %hs#2) : (tensor<1x256xf32>, tensor<1x256xf32>) -> tensor<1x256xf32>
+  return %a0, %a1, %a2 : tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>
+}
+"""
+
+
+def test_a_function_changed_only_by_lifting_is_timed(scripted):
+    answers, calls = scripted
+    answers.append((1.01, 1.0, 1.02))
+    ctx = make_context()
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(LIFT_ONLY)
+        run_pass_manager(build_pass_manager("builtin.module(taso-search{cost-model=cpu})", ctx), m.operation)
+    fr = taso_search.LAST_REPORT["functions"][0]
+    assert fr["rewrites_applied"] == 0 and fr["elementwise_lifted"] == 3
+    assert len(calls) == 1 and fr["latency_check"]["kept"] == "search result"

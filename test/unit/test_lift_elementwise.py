@@ -180,3 +180,35 @@ func.func @f(%x: tensor<2x4xf32>) -> (tensor<2x8xf32>, tensor<2x8xf32>, tensor<2
                  if o.operation.name == "taso.weight"]
         assert len(names) == 3 and sorted(names)[:2] == ["a", "a2"] and names[2].startswith("taso_folded_"), names
         _same(before, run_function(f, x))
+
+
+def test_a_batched_weight_is_not_permuted():
+    """A matmul with a 3-D weight: its columns are not axis 1, so it is not permuted (pieces paired
+    crosswise stay as they are)."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((2, 32, 32)).astype(np.float32)
+    t3 = "tensor<2x1x32xf32>"
+    seg = ", ".join(["1"] * 4 + ["0"] * 12)
+    piece = "tensor<2x1x8xf32>"
+
+    def split(name, src):
+        return (f'%{name}:4 = "taso.split"(%{src}) {{axis = 2 : i64, sizes = array<i64: 8, 8, 8, 8>, '
+                f'resultSegmentSizes = array<i32: {seg}>}} : ({t3}) -> ({", ".join([piece] * 4)})')
+    pairs = [(0, 1), (1, 0), (2, 3), (3, 2)]
+    body = [f'%w = "taso.weight"() {{name = "w", value = dense<{w.tolist()}> : tensor<2x32x32xf32>}} : () -> tensor<2x32x32xf32>',
+            f'%y = "taso.matmul"(%h, %w) {{activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>}} : ({t3}, tensor<2x32x32xf32>) -> {t3}',
+            split("xs", "x"), split("ys", "y")]
+    body += [f'%a{t} = "taso.ewadd"(%xs#{i}, %ys#{j}) : ({piece}, {piece}) -> {piece}' for t, (i, j) in enumerate(pairs)]
+    text = (f"func.func @f(%x: {t3}, %h: {t3}) -> ({', '.join([piece] * 4)}) {{\n  " + "\n  ".join(body)
+            + f"\n  return {', '.join(f'%a{t}' for t in range(4))} : {', '.join([piece] * 4)}\n}}\n")
+    names, got, before, after = _run(text)
+    assert got == (0, 0) and names.count("taso.ewadd") == 4
+    _same(before, after)
+
+
+def test_no_permutation_without_a_lift_that_gains():
+    """Two pieces paired crosswise: the lift they would allow does not gain (two ops become an op and a
+    split), so the weight is not permuted either."""
+    names, got, before, after = _run(_gates([(0, 1), (1, 0)]))
+    assert got == (0, 0) and names.count("taso.ewadd") == 2 and "taso.concat" not in names
+    _same(before, after)
