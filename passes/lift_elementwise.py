@@ -263,6 +263,9 @@ class _Lifter:
         return cat.results[0]
 
     def run(self) -> None:
+        # Ends: each lift removes ops on split pieces, and a matmul is permuted at most once per pass (its
+        # weight operand becomes a weight-only concat, which is folded only after the pass, and
+        # ``_permute_to`` permutes only a ``taso.weight``). Folding inside this loop would break that.
         while True:
             for o in list(self.block.operations):
                 op = o.operation
