@@ -180,17 +180,18 @@ def introduces_split(rw: RB.Rewrite) -> bool:
     return any(op.name == "split" for op in rw.dst.ops)
 
 
-def _changed(fr: dict) -> bool:
-    """The function differs from its input (flattened matmuls that no rewrite touched are restored)."""
-    return bool(fr["rewrites_applied"] or fr["batchnorms_folded"] or fr["weights_folded"]
-                or fr["identities_dropped"] or fr["matmul_biases_fused"] or fr["elementwise_lifted"]
-                or fr["weights_permuted"] or fr["weights_merged"])
-
-
 #: what a function's report counts of the changes made to it (zero where the input is kept)
 _CHANGE_COUNTS = ("batchnorms_folded", "weights_folded", "identities_dropped", "splits_fused", "concats_fused",
                   "matmuls_flattened", "matmuls_unflattened", "matmul_biases_fused", "elementwise_lifted",
                   "weights_permuted", "weights_merged")
+#: of those, the ones that change nothing by themselves: matmuls flattened for the search, and restored
+#: after it where no rewrite touched them
+_RESTORED = ("matmuls_flattened", "matmuls_unflattened")
+
+
+def _changed(fr: dict) -> bool:
+    """The function differs from its input."""
+    return bool(fr["rewrites_applied"] or any(fr[k] for k in _CHANGE_COUNTS if k not in _RESTORED))
 
 
 def _run_checked(module_op, f, rws, by_id, builder, sopts, replayer, opts) -> dict:
@@ -291,6 +292,10 @@ def replay(f: ir.Operation, best: T.TGraph, mops: list, replayer: P.Replayer, by
     function_dce(f)
 
 
+#: the name prefix of the weights the folding makes
+FOLDED_PREFIX = "taso_folded_"
+
+
 def fold_weights(f: ir.Operation) -> int:
     """Replace every taso op whose operands are all weights or constants by a weight holding its
     value (computed with the reference semantics). Returns the number of ops folded."""
@@ -319,9 +324,9 @@ def fold_weights(f: ir.Operation) -> int:
         outs = specs.evaluate(kind, ins, attrs, [tuple(ir.RankedTensorType(r.type).shape) for r in op.results])
         for r, arr in zip(op.results, outs):
             i = len(names)
-            while f"taso_folded_{i}" in names:
+            while f"{FOLDED_PREFIX}{i}" in names:
                 i += 1
-            wname = f"taso_folded_{i}"
+            wname = f"{FOLDED_PREFIX}{i}"
             names.add(wname)
             with ir.InsertionPoint(op):
                 w = new_weight(wname, arr, r.type, loc=op.location)
@@ -338,24 +343,23 @@ def merge_duplicate_weights(f: ir.Operation) -> int:
     Returns the number of weights merged (their ops are dead afterwards)."""
     import hashlib
 
+    def folded(w):
+        return ir.StringAttr(w.attributes["name"]).value.startswith(FOLDED_PREFIX)
+
     block = f.regions[0].blocks[0]
     weights = [o.operation for o in block.operations if o.operation.name == "taso.weight"]
-    folded_types = {str(w.results[0].type) for w in weights
-                    if ir.StringAttr(w.attributes["name"]).value.startswith("taso_folded_")}
+    folded_types = {str(w.results[0].type) for w in weights if folded(w)}
     seen: dict = {}
     merged = 0
     for w in weights:
         t = str(w.results[0].type)
-        if t not in folded_types:
+        if t not in folded_types:  # (no folded weight can equal it: its values are not read)
             continue
         arr = np.ascontiguousarray(dense_array(w.attributes["value"]))
         key = (t, hashlib.blake2b(arr.tobytes(), digest_size=16).digest())
-        first = seen.get(key)
-        if first is None:
-            seen[key] = (w, arr)
-            continue
-        if not ir.StringAttr(w.attributes["name"]).value.startswith("taso_folded_") or not np.array_equal(first[1], arr):
-            continue  # the input's own weights stay as they are
+        first = seen.setdefault(key, (w, arr))
+        if first[0] is w or not folded(w) or not np.array_equal(first[1], arr):
+            continue  # the first of its values, or one of the input's own weights (they stay as they are)
         w.results[0].replace_all_uses_with(first[0].results[0])
         merged += 1
     return merged
@@ -458,6 +462,13 @@ def _value(v: ir.Value, values: dict) -> np.ndarray:
     return arr
 
 
+def latency_check_text(lc: dict) -> str:
+    """One line of what a function's latency check timed (speedups and quartiles) and kept."""
+    timed = "; ".join(f"{t['what']} {t['speedup']:.3f}x (quartiles {t['iqr'][0]:.3f}-{t['iqr'][1]:.3f}, "
+                      f"{t['rounds']} rounds)" for t in lc.get("tried", ()))
+    return f"{timed or lc.get('why', '')}; kept: {lc['kept']}"
+
+
 def format_report(rep: dict) -> str:
     L = [f"taso-search: cost model {rep['cost_model']}, {rep['rules']} rewrites (proved rules, both "
          f"usable directions), alpha {rep['options']['alpha']}, budget {rep['options']['budget']} per window"]
@@ -487,10 +498,8 @@ def format_report(rep: dict) -> str:
             L.append("    rules applied: " + ", ".join(f"{k} x{v}" for k, v in fr["applied"].items()))
         lc = fr.get("latency_check")
         if lc:
-            timed = "; ".join(f"{t['what']} {t['speedup']:.3f}x (quartiles {t['iqr'][0]:.3f}-{t['iqr'][1]:.3f}, "
-                              f"{t['rounds']} rounds)" for t in lc.get("tried", ()))
-            L.append(f"    latency check (onnxruntime, against the input): {timed or lc.get('why', '')}; kept: "
-                     f"{lc['kept']}" + (f" ({lc['time_s']} s)" if "time_s" in lc else ""))
+            L.append(f"    latency check (onnxruntime, against the input): {latency_check_text(lc)}"
+                     + (f" ({lc['time_s']} s)" if "time_s" in lc else ""))
     if rep.get("estimated_costs"):
         L.append(f"  {rep['estimated_costs']} op signatures had no measurement and were estimated analytically")
     L.append(f"  total time {rep['time_s']} s")

@@ -892,11 +892,10 @@ def format_markdown(report: dict) -> str:
         checked = [(r["name"], lc) for r in costed for lc in r["cost"].get("latency_check") or ()]
         if checked:
             out += ["", "taso-search's latency check (the result timed against the input inside the pass; "
-                    "speedup = input / result, quartiles in brackets):", ""]
-            for name, lc in checked:
-                timed = "; ".join(f"{t['what']} {t['speedup']:.3f}x ({t['iqr'][0]:.3f}-{t['iqr'][1]:.3f})"
-                                  for t in lc.get("tried", ())) or lc.get("why", "")
-                out.append(f"- **{name}**: {timed}; kept: {lc['kept']}")
+                    "speedup = input / result):", ""]
+            from taso_mlir.passes.taso_search import latency_check_text
+
+            out += [f"- **{name}**: {latency_check_text(lc)}" for name, lc in checked]
     out += ["", "Ops by kind after the optimizer:", ""]
     for r in ok:
         a = r["ops"]["after"]
