@@ -36,6 +36,12 @@ def _owner(v: ir.Value):
     return o.operation if isinstance(o, ir.OpView) else (o if isinstance(o, ir.Operation) else None)
 
 
+def _user(use) -> ir.Operation:
+    """The op of a use of a value."""
+    o = use.owner
+    return o.operation if isinstance(o, ir.OpView) else o
+
+
 def _tensor(shape, like: ir.Value) -> ir.Type:
     return ir.RankedTensorType.get(list(shape), ir.RankedTensorType(like.type).element_type)
 
@@ -64,7 +70,7 @@ def flatten_shared_matmuls(f: ir.Operation) -> int:
         seen.add(x)
         group = []
         for use in x.uses:
-            u = use.owner.operation if isinstance(use.owner, ir.OpView) else use.owner
+            u = _user(use)
             if use.operand_number == 0 and _projection(u, x) and not any(u == g for g in group):
                 group.append(u)
         if len(group) >= 2:

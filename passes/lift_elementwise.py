@@ -28,7 +28,7 @@ from taso_mlir.dialect import specs
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import create_taso_op, elem_type, taso_attrs
 
-from .flatten_matmul import _owner, _shape
+from .flatten_matmul import _owner, _shape, _user
 
 BINARY = ("ewadd", "ewmul")
 UNARY = ("relu", "sigmoid", "tanh")
@@ -128,7 +128,10 @@ class _Lifter:
 
     # ---- the rewrite ----
     def _lift(self, kind: str, split: ir.Operation, operands: list, ops_by_piece: dict) -> None:
-        first = min(ops_by_piece.values(), key=self._position)
+        first = None
+        for op in ops_by_piece.values():
+            if first is None or op.is_before_in_block(first):
+                first = op
         a = taso_attrs(split)
         with ir.InsertionPoint(first):
             whole = create_taso_op(kind, operands, [split.operands[0].type], {}, loc=first.location)
@@ -139,18 +142,12 @@ class _Lifter:
             op.erase()
         self.lifted += len(ops_by_piece)
 
-    def _position(self, op: ir.Operation) -> int:
-        for k, o in enumerate(self.block.operations):
-            if o.operation == op:
-                return k
-        raise AssertionError("op not in the block")
-
     def _unary(self, split: ir.Operation) -> bool:
         for kind in UNARY:
             group = {}
             for i, r in enumerate(split.results):
                 for u in r.uses:
-                    op = u.owner.operation if isinstance(u.owner, ir.OpView) else u.owner
+                    op = _user(u)
                     if op.name == f"taso.{kind}" and i not in group:
                         group[i] = op
             if len(group) >= 2 and self._gains(kind, split, list(group), 1):
@@ -164,7 +161,7 @@ class _Lifter:
         groups: dict = {}
         for i, r in enumerate(split.results):
             for u in r.uses:
-                op = u.owner.operation if isinstance(u.owner, ir.OpView) else u.owner
+                op = _user(u)
                 if op.name not in ("taso.ewadd", "taso.ewmul") or len(op.operands) != 2:
                     continue
                 other = op.operands[1] if op.operands[0] == r else op.operands[0]
