@@ -155,7 +155,7 @@ class Rewrite:
             cands = index.get(op.name, ()) if c is None else [(n, c) for n in members.get(c, ()) if n[0] == op.name]
             for node, nc in cands:
                 _name, attrs, kids, j = node
-                if j != i:
+                if j != i or len(kids) != len(op.operands):  # (a conv with a bias operand is not one without)
                     continue
                 ad = dict(attrs)
                 if any(ad.get(a) != v for a, v in fixed[k].items()):

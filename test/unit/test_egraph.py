@@ -104,3 +104,22 @@ def test_a_graph_that_does_not_type_check_counts_as_failed():
     with pytest.raises(specs.SpecError):
         G.infer(bad, {"x1": (2, 4)})
     assert not d.derivable(bad, bad, {"x1": (2, 4)}) and d.failed == 1
+
+
+def test_a_pattern_matches_only_ops_with_its_number_of_operands():
+    """A rule's biased matmul (three operands) does not match a matmul without a bias (two): before, the
+    match zipped the pattern's operands with the e-node's, left the bias unbound, and failed with a
+    KeyError (deriving the base library's candidates from the conv-bias or matmul-bias rules)."""
+    mm = (("activation", "none"),)
+    fuse = E.Rewrite("biased-relu", _g([("matmul", mm, ("x", "w", "b")), ("relu", (), ("%0",))], ["%1"]),
+                     _g([("matmul", (("activation", "relu"),), ("x", "w", "b"))], ["%0"]))
+    unbiased = _g([("matmul", mm, ("x1", "w1")), ("relu", (), ("%0",))], ["%1"])
+    fused = _g([("matmul", (("activation", "relu"),), ("x1", "w1"))], ["%0"])
+    eg = E.EGraph()
+    eg.add_graph(unbiased, {"x1": (2, 4), "w1": (4, 4)})
+    assert list(fuse.matches(eg, *eg.index())) == []
+    d = E.Deriver([fuse])
+    assert not d.derivable(unbiased, fused, {"x1": (2, 4), "w1": (4, 4)}) and d.failed == 0
+    biased = _g([("matmul", mm, ("x1", "w1", "b1")), ("relu", (), ("%0",))], ["%1"])
+    shapes = {"x1": (2, 4), "w1": (4, 4), "b1": (4,)}
+    assert d.derivable(biased, _g([("matmul", (("activation", "relu"),), ("x1", "w1", "b1"))], ["%0"]), shapes)
