@@ -8,6 +8,7 @@ ones and asks the workers only for those graphs.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import time
 from pathlib import Path
@@ -89,23 +90,16 @@ def derive_parallel(cands: list, inputs: dict, rewrites: list, jobs: int, progre
     """The candidates that the rewrites do not derive (``egraph.Deriver``), and how many checks failed
     (those candidates are kept)."""
     work = [(c.a, c.b, {v: inputs[v][0] for v in set(c.a.inputs()) | set(c.b.inputs())}) for c in cands]
-    if jobs <= 1 or len(work) < 64:
+    serial = jobs <= 1 or len(work) < 64
+    if serial:
         _derive_init(rewrites)
-        flags, failed = [], 0
-        for w in work:
-            ok, f = _derive_one(w)
+    flags, failed = [], 0
+    with (contextlib.nullcontext() if serial else mp.get_context("fork").Pool(jobs, _derive_init, (rewrites,))) as pool:
+        for ok, f in (map(_derive_one, work) if serial else pool.imap(_derive_one, work, chunksize=32)):
             flags.append(ok)
             failed += f
             if progress:
                 progress(1)
-    else:
-        flags, failed = [], 0
-        with mp.get_context("fork").Pool(jobs, _derive_init, (rewrites,)) as pool:
-            for ok, f in pool.imap(_derive_one, work, chunksize=32):
-                flags.append(ok)
-                failed += f
-                if progress:
-                    progress(1)
     return [c for c, d in zip(cands, flags) if not d], failed
 
 

@@ -596,19 +596,14 @@ def _onnxslim(model):
     return slim, took
 
 
-def _session_options(level: str, threads: int):
-    from taso_mlir.passes.latency import session_options
-
-    return session_options(level, threads)
-
-
 def _session(path: str, level: str, threads: int, what: str):
     import onnxruntime as ort
 
     from taso_mlir.dialect.errors import TasoError, one_line
+    from taso_mlir.passes.latency import session_options
 
     try:
-        return ort.InferenceSession(path, _session_options(level, threads), providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(path, session_options(level, threads), providers=["CPUExecutionProvider"])
     except Exception as e:
         raise TasoError(f"onnxruntime cannot load the {what}: {one_line(e)}") from None
 
@@ -621,8 +616,10 @@ def _ort_optimized_nodes(path: str, threads: int) -> Optional[int]:
     import onnx
     import onnxruntime as ort
 
+    from taso_mlir.passes.latency import session_options
+
     with tempfile.TemporaryDirectory(prefix="taso-bench-") as d:
-        so = _session_options("all", threads)
+        so = session_options("all", threads)
         so.optimized_model_filepath = os.path.join(d, "ort.onnx")
         try:
             ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
@@ -687,11 +684,10 @@ def _latency(make_sessions, feeds: dict, s: dict) -> dict:
     med = {k: float(np.median(v)) * 1e3 for k, v in samples.items()}
     q = {k: [float(np.percentile(v, 25)) * 1e3, float(np.percentile(v, 75)) * 1e3] for k, v in samples.items()}
 
-    def paired(num, den):
-        return ratio_stats(samples[num], samples[den])[0]
-
-    def spread(num, den):
-        return list(ratio_stats(samples[num], samples[den])[1:])
+    # the per-round ratios: (median, lower quartile, upper quartile) of each comparison
+    r = {k: ratio_stats(samples[num], samples[den]) for k, (num, den) in
+         (("optimized", ("original", "optimized")), ("onnxslim", ("original", "onnxslim")),
+          ("ort_enable_all", ("ort_disabled", "original")))}
 
     return {
         "rounds": rounds, "epochs": epochs, "inner": inner, "median_ms": med, "iqr_ms": q,
@@ -700,12 +696,9 @@ def _latency(make_sessions, feeds: dict, s: dict) -> dict:
         "speedup": {"optimized": med["original"] / med["optimized"],
                     "onnxslim": med["original"] / med["onnxslim"],
                     "ort_enable_all": med["ort_disabled"] / med["original"]},
-        "paired_speedup": {"optimized": paired("original", "optimized"),
-                           "onnxslim": paired("original", "onnxslim"),
-                           "ort_enable_all": paired("ort_disabled", "original")},
+        "paired_speedup": {k: v[0] for k, v in r.items()},
         # the noise: quartiles of the per-round ratios
-        "paired_iqr": {"optimized": spread("original", "optimized"), "onnxslim": spread("original", "onnxslim"),
-                       "ort_enable_all": spread("ort_disabled", "original")},
+        "paired_iqr": {k: [v[1], v[2]] for k, v in r.items()},
     }
 
 

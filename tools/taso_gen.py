@@ -53,10 +53,11 @@ def _main(argv) -> int:
     ap.add_argument("--family", default="base", choices=sorted(FAMILIES),
                     help="the configuration: base (TASO's operators and inputs, N=3: the shipped rules.jsonl), "
                          "base-n4 (the same at N=4, as in TASO's paper, less what base has or derives: "
-                         "rules-n4.jsonl) or conv-bias (convolutions with a bias operand: rules-conv-bias.jsonl)")
+                         "rules-n4.jsonl), conv-bias (convolutions with a bias operand: rules-conv-bias.jsonl) or "
+                         "matmul-bias (matmuls with a bias operand: rules-matmul-bias.jsonl)")
     ap.add_argument("--max-ops", type=int, default=None,
                     help="most operators per graph (default: the family's: 3 for base, 4 for base-n4, "
-                         "3 for conv-bias)")
+                         "3 for conv-bias and matmul-bias)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: all cores)")
     ap.add_argument("-o", "--output", required=True, help="rules file to write (JSON Lines)")
     ap.add_argument("--seed", type=int, default=None, help="random seed for the fingerprint inputs")
