@@ -33,6 +33,7 @@ from .cost import CpuMeasured, get_cost_model
 from .flatten_matmul import flatten_shared_matmuls, unflatten_matmuls
 from .identities import drop_identities
 from .lift_elementwise import lift_elementwise
+from .lift_layout import lift_layout
 from .matmul_bias import fuse_matmul_bias
 from .fold_batchnorm import fold_function
 
@@ -150,6 +151,9 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         function_dce(f)
     concats_fused = fuse_concat_trees(f)
     unflattened = unflatten_matmuls(f)
+    reshapes_composed, layout_lifted = lift_layout(f, builder.cost_model)
+    if reshapes_composed or layout_lifted:
+        function_dce(f)
     # the cost and op count of the function as written (split trees fused), which the search's cost
     # model predicts except where a split tree could not be fused (more than MAX_ARITY pieces)
     g_out, _ = T.from_function(f, written)
@@ -170,6 +174,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "concats_fused": concats_fused,
         "matmuls_flattened": flattened, "matmuls_unflattened": unflattened, "matmul_biases_fused": biases,
         "elementwise_lifted": lifted, "weights_permuted": permuted, "weights_merged": merged,
+        "reshapes_composed": reshapes_composed, "layout_lifted": layout_lifted,
         "search_s": round(search_s, 3), "replay_s": round(replay_s, 3),
     }
 
@@ -183,7 +188,7 @@ def introduces_split(rw: RB.Rewrite) -> bool:
 #: what a function's report counts of the changes made to it (zero where the input is kept)
 _CHANGE_COUNTS = ("batchnorms_folded", "weights_folded", "identities_dropped", "splits_fused", "concats_fused",
                   "matmuls_flattened", "matmuls_unflattened", "matmul_biases_fused", "elementwise_lifted",
-                  "weights_permuted", "weights_merged")
+                  "weights_permuted", "weights_merged", "reshapes_composed", "layout_lifted")
 #: of those, the ones that change nothing by themselves: matmuls flattened for the search, and restored
 #: after it where no rewrite touched them
 _RESTORED = ("matmuls_flattened", "matmuls_unflattened")
@@ -491,6 +496,9 @@ def format_report(rep: dict) -> str:
         if fr.get("elementwise_lifted"):
             L.append(f"    {fr['elementwise_lifted']} elementwise ops on split pieces lifted to one op on the whole "
                      f"tensor each group ({fr['weights_permuted']} weights' column blocks permuted to align pieces)")
+        if fr.get("layout_lifted") or fr.get("reshapes_composed"):
+            L.append(f"    {fr.get('layout_lifted', 0)} reshapes and transposes of split pieces lifted to one op on "
+                     f"the whole tensor each split, {fr.get('reshapes_composed', 0)} reshape chains composed")
         if fr.get("matmuls_flattened"):
             L.append(f"    {fr['matmuls_flattened']} matmuls of a shared input of rank 3 or more flattened to 2-D for "
                      f"the search ({fr['matmuls_unflattened']} it left alone restored after it)")

@@ -171,9 +171,13 @@ func.func @shared_weight_concat(%x1: tensor<1x512xf32>, %x2: tensor<1x512xf32>) 
 // CHECK-LABEL: func.func @qkv_3d
 // CHECK: %[[R:.*]] = "taso.reshape"(%arg0) {shape = array<i64: 64, 1024>}
 // CHECK: %[[M:.*]] = "taso.matmul"(%[[R]], %{{.*}}) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<64x1024xf32>, tensor<1024x3072xf32>) -> tensor<64x3072xf32>
-// CHECK: "taso.split"(%[[M]]) {axis = 1 : i64, {{.*}}sizes = array<i64: 1024, 1024, 1024>}
+// the pieces' reshapes back to [1, 64, 1024] lift over the split (lift_layout): one reshape, a split on axis 2
+// CHECK: %[[W:.*]] = "taso.reshape"(%[[M]]) {shape = array<i64: 1, 64, 3072>}
+// CHECK: "taso.split"(%[[W]]) {axis = 2 : i64, {{.*}}sizes = array<i64: 1024, 1024, 1024>}
 // CHECK-NOT: taso.matmul
+// CHECK-NOT: taso.reshape
 // REPORT: @qkv_3d: {{.*}} 2 rewrites applied
+// REPORT: 3 reshapes and transposes of split pieces lifted to one op on the whole tensor each split, 0 reshape chains composed
 // REPORT: 3 matmuls of a shared input of rank 3 or more flattened to 2-D for the search (0 it left alone restored after it)
 func.func @qkv_3d(%x: tensor<1x64x1024xf32>) -> (tensor<1x64x1024xf32>, tensor<1x64x1024xf32>, tensor<1x64x1024xf32>) {
   %wq = "taso.weight"() {name = "wq", value = dense<0.5> : tensor<1024x1024xf32>} : () -> tensor<1024x1024xf32>
@@ -284,4 +288,42 @@ func.func @no_lift_across_different_cuts(%x: tensor<1x1024xf32>, %h: tensor<1x10
   %a1 = "taso.ewadd"(%xs#1, %hs#1) : (tensor<1x256xf32>, tensor<1x256xf32>) -> tensor<1x256xf32>
   %a2 = "taso.ewadd"(%xs#2, %hs#1) : (tensor<1x256xf32>, tensor<1x256xf32>) -> tensor<1x256xf32>
   return %a0, %a1, %a2 : tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>
+}
+
+// -----
+
+// Lifting layout ops over a split (lift_layout, after the search): attention heads. Each piece of the
+// split goes through a like reshape and a like transpose; one reshape and one transpose of the whole
+// and a split of the result replace them (the split axis moves to 2, then to 1): fires.
+// CHECK-LABEL: func.func @heads
+// CHECK: %[[R:.*]] = "taso.reshape"(%arg0) {shape = array<i64: 1, 64, 12, 16>}
+// CHECK: %[[T:.*]] = "taso.transpose"(%[[R]]) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x64x12x16xf32>) -> tensor<1x12x64x16xf32>
+// CHECK: "taso.split"(%[[T]]) {axis = 1 : i64, {{.*}}sizes = array<i64: 4, 4, 4>}
+// CHECK-NOT: taso.transpose
+// REPORT: @heads: {{.*}} 0 rewrites applied
+// REPORT: 6 reshapes and transposes of split pieces lifted to one op on the whole tensor each split, 0 reshape chains composed
+func.func @heads(%x: tensor<64x192xf32>) -> (tensor<1x4x64x16xf32>, tensor<1x4x64x16xf32>, tensor<1x4x64x16xf32>) {
+  %s:3 = "taso.split"(%x) {axis = 1 : i64, sizes = array<i64: 64, 64, 64>, resultSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<64x192xf32>) -> (tensor<64x64xf32>, tensor<64x64xf32>, tensor<64x64xf32>)
+  %r0 = "taso.reshape"(%s#0) {shape = array<i64: 1, 64, 4, 16>} : (tensor<64x64xf32>) -> tensor<1x64x4x16xf32>
+  %r1 = "taso.reshape"(%s#1) {shape = array<i64: 1, 64, 4, 16>} : (tensor<64x64xf32>) -> tensor<1x64x4x16xf32>
+  %r2 = "taso.reshape"(%s#2) {shape = array<i64: 1, 64, 4, 16>} : (tensor<64x64xf32>) -> tensor<1x64x4x16xf32>
+  %t0 = "taso.transpose"(%r0) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x64x4x16xf32>) -> tensor<1x4x64x16xf32>
+  %t1 = "taso.transpose"(%r1) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x64x4x16xf32>) -> tensor<1x4x64x16xf32>
+  %t2 = "taso.transpose"(%r2) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x64x4x16xf32>) -> tensor<1x4x64x16xf32>
+  return %t0, %t1, %t2 : tensor<1x4x64x16xf32>, tensor<1x4x64x16xf32>, tensor<1x4x64x16xf32>
+}
+
+// -----
+
+// The pieces go through different reshapes (no one reshape of the whole gives both layouts):
+// nothing lifts.
+// CHECK-LABEL: func.func @heads_different_layouts
+// CHECK-COUNT-2: "taso.reshape"
+// CHECK-NOT: "taso.reshape"
+// REPORT-NOT: reshapes and transposes of split pieces lifted
+func.func @heads_different_layouts(%x: tensor<64x128xf32>) -> (tensor<1x64x4x16xf32>, tensor<1x64x16x4xf32>) {
+  %s:2 = "taso.split"(%x) {axis = 1 : i64, sizes = array<i64: 64, 64>, resultSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<64x128xf32>) -> (tensor<64x64xf32>, tensor<64x64xf32>)
+  %r0 = "taso.reshape"(%s#0) {shape = array<i64: 1, 64, 4, 16>} : (tensor<64x64xf32>) -> tensor<1x64x4x16xf32>
+  %r1 = "taso.reshape"(%s#1) {shape = array<i64: 1, 64, 16, 4>} : (tensor<64x64xf32>) -> tensor<1x64x16x4xf32>
+  return %r0, %r1 : tensor<1x64x4x16xf32>, tensor<1x64x16x4xf32>
 }

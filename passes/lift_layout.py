@@ -1,0 +1,285 @@
+"""Lifting layout ops over splits: one reshape or transpose of the whole tensor instead of one per piece.
+
+Where every piece of ``split(X)`` goes through a like ``reshape`` or ``transpose``, the pass computes
+that op once on ``X`` and splits its result instead:
+
+- ``transpose(split(X, axis=k)#i, perm)`` is piece ``i`` of ``split(transpose(X, perm), axis=a)`` with
+  ``perm[a] = k`` and the same sizes: a transpose moves the split axis, it does not cut it;
+- ``reshape(split(X, axis=k)#i, T_i)`` is piece ``i`` of ``split(reshape(X, T), axis=j)`` where the
+  targets ``T_i`` agree outside one axis ``j``, their axes before ``j`` hold exactly ``X``'s axes before
+  ``k`` (same product), and ``T_i[j] * prod(T_i[j+1:]) = sizes[i] * prod(X.shape[k+1:])``; ``T`` is
+  ``T_i`` with ``T[j] = sum_i T_i[j]``. Row-major: for each index of the leading axes, piece ``i`` is one
+  contiguous run of ``X`` (at offset ``off_i * inner``), and the reshape keeps every run in place.
+
+A merge of sibling matmuls leaves exactly this: BERT's query, key and value projections, merged into
+one matmul and split, each reshaped to heads and transposed. One transpose of ``[S, 3H, D]`` and its
+split replace the split and three transposes (two kernels fewer per layer). The rules' split axioms
+speak only of a split of a concat, so the search cannot do this.
+
+Before lifting, ``compose_reshapes`` turns ``reshape(reshape(x, s1), s2)`` into ``reshape(x, s2)`` (and
+drops a reshape to its operand's own shape): row-major reshapes only relabel the flat order.
+
+Each lift happens only where the cost model says the op on the whole and the new split cost less than
+the ops on the pieces (and the old split, where nothing else uses it). ``taso-search`` runs this after
+the search, on the function as written (split trees fused, flattened matmuls restored), until nothing
+more lifts. Pure data movement: exact. ``prove()`` checks both identities with Z3 for the plans this
+module makes on every small shape; ``test/unit/test_lift_layout.py`` tests the pass in the reference
+semantics and in onnxruntime.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Optional
+
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.ops import create_taso_op, elem_type, taso_attrs
+
+from .flatten_matmul import _owner, _shape, _tensor, _user
+from .lift_elementwise import _sig
+
+
+def reshape_plan(shape: list, axis: int, sizes: list, targets: list) -> Optional[tuple[list, int, list]]:
+    """Where reshaping the pieces of ``split(X, axis, sizes)`` (``X`` of ``shape``) to ``targets`` is
+    splitting one reshape of ``X``: (that reshape's shape, its split axis, its split sizes), else None."""
+    if len(targets) != len(sizes) or len({len(t) for t in targets}) != 1:
+        return None
+    outer, inner = math.prod(shape[:axis]), math.prod(shape[axis + 1:])
+    t0 = list(targets[0])
+    for j in range(len(t0)):
+        if math.prod(t0[:j]) != outer:
+            continue
+        if any(list(t[:j]) != t0[:j] or list(t[j + 1:]) != t0[j + 1:] for t in targets):
+            continue
+        inner_t = math.prod(t0[j + 1:])
+        if all(t[j] * inner_t == n * inner for t, n in zip(targets, sizes)):
+            new_sizes = [t[j] for t in targets]
+            return t0[:j] + [sum(new_sizes)] + t0[j + 1:], j, new_sizes
+    return None
+
+
+def transpose_plan(shape: list, axis: int, sizes: list, perm: list) -> tuple[list, int, list]:
+    """Transposing the pieces of ``split(X, axis, sizes)`` by ``perm`` is splitting ``transpose(X, perm)``:
+    (its shape, its split axis, its split sizes)."""
+    return [shape[p] for p in perm], list(perm).index(axis), list(sizes)
+
+
+def compose_reshapes(f: ir.Operation) -> int:
+    """``reshape(reshape(x))`` -> ``reshape(x)``; a reshape to its operand's type -> the operand. Returns
+    the number of reshapes removed or re-pointed."""
+    done = 0
+    for o in list(f.regions[0].blocks[0].operations):
+        op = o.operation
+        if op.name != "taso.reshape":
+            continue
+        src = op.operands[0]
+        inner = _owner(src)
+        if inner is not None and inner.name == "taso.reshape":
+            op.operands[0] = inner.operands[0]
+            if not any(True for _ in inner.results[0].uses):
+                inner.erase()
+            src = op.operands[0]
+            done += 1
+        if src.type == op.results[0].type:
+            op.results[0].replace_all_uses_with(src)
+            op.erase()
+            done += 1
+    return done
+
+
+class _Lifter:
+    def __init__(self, f: ir.Operation, cost_model):
+        self.block = f.regions[0].blocks[0]
+        self.cm = cost_model
+        self.lifted = 0
+
+    def _group(self, split: ir.Operation, kind: str) -> Optional[dict]:
+        """One ``taso.<kind>`` user per piece, all with the same attributes (transpose) or a reshape
+        plan (reshape): piece -> op, else None."""
+        group = {}
+        for i, r in enumerate(split.results):
+            op = next((_user(u) for u in r.uses if _user(u).name == f"taso.{kind}"
+                       and _shape(_user(u).results[0]) is not None), None)
+            if op is None:
+                return None
+            group[i] = op
+        if kind == "transpose" and len({tuple(taso_attrs(op)["perm"]) for op in group.values()}) != 1:
+            return None
+        return group
+
+    def _plan(self, split: ir.Operation, kind: str, group: dict):
+        a = taso_attrs(split)
+        shape, axis, sizes = _shape(split.operands[0]), a["axis"], list(a["sizes"])
+        if kind == "transpose":
+            return transpose_plan(shape, axis, sizes, list(taso_attrs(group[0])["perm"]))
+        return reshape_plan(shape, axis, sizes, [_shape(group[i].results[0]) for i in range(len(sizes))])
+
+    def _gains(self, split: ir.Operation, kind: str, group: dict, plan) -> bool:
+        whole, axis, sizes = plan
+        x = split.operands[0]
+        dtype = str(elem_type(x))
+        a = taso_attrs(split)
+        xs = _shape(x)
+        pieces = [_shape(r) for r in split.results]
+        new_pieces = [_shape(group[i].results[0]) for i in range(len(pieces))]
+        attrs = (lambda op: {"perm": list(taso_attrs(op)["perm"])}) if kind == "transpose" else \
+            (lambda op: {"shape": _shape(op.results[0])})
+        old = sum(self.cm.cost(_sig(kind, attrs(op), [pieces[i]], [new_pieces[i]], dtype, (False,)))
+                  for i, op in group.items())
+        ops = list(group.values())
+        if all(any(_user(u) == op for op in ops) for r in split.results for u in r.uses):  # the old split goes too
+            old += self.cm.cost(_sig("split", {"axis": a["axis"], "sizes": list(a["sizes"])}, [xs], pieces, dtype,
+                                     (False,)))
+        whole_attrs = {"perm": list(taso_attrs(group[0])["perm"])} if kind == "transpose" else {"shape": whole}
+        new = (self.cm.cost(_sig(kind, whole_attrs, [xs], [whole], dtype, (False,)))
+               + self.cm.cost(_sig("split", {"axis": axis, "sizes": sizes}, [whole], new_pieces, dtype, (False,))))
+        return new < old
+
+    def _lift(self, split: ir.Operation, kind: str, group: dict, plan) -> None:
+        whole, axis, sizes = plan
+        x = split.operands[0]
+        attrs = {"perm": list(taso_attrs(group[0])["perm"])} if kind == "transpose" else {"shape": whole}
+        with ir.InsertionPoint(split):
+            w = create_taso_op(kind, [x], [_tensor(whole, x)], attrs, loc=split.location)
+            s = create_taso_op("split", [w.results[0]], [group[i].results[0].type for i in range(len(sizes))],
+                               {"axis": axis, "sizes": sizes}, loc=split.location)
+        for i, op in group.items():
+            op.results[0].replace_all_uses_with(s.results[i])
+            op.erase()
+        if not any(True for r in split.results for _ in r.uses):
+            split.erase()
+        self.lifted += len(group)
+
+    def _try(self, split: ir.Operation) -> bool:
+        for kind in ("reshape", "transpose"):
+            group = self._group(split, kind)
+            if group is None or len(group) < 2:
+                continue
+            plan = self._plan(split, kind, group)
+            if plan is not None and self._gains(split, kind, group, plan):
+                self._lift(split, kind, group, plan)
+                return True
+        return False
+
+    def run(self) -> None:
+        # Ends: each lift removes one op per piece and adds one op and one split on the whole, where the
+        # cost model gains; every lift lowers the function's cost, which is bounded below.
+        while True:
+            for o in list(self.block.operations):
+                op = o.operation
+                if op.name == "taso.split" and _shape(op.operands[0]) is not None and self._try(op):
+                    break
+            else:
+                return
+
+
+def lift_layout(f: ir.Operation, cost_model) -> tuple[int, int]:
+    """Compose reshape chains, then lift reshapes and transposes over the splits of ``f`` (module
+    docstring) where ``cost_model`` says it gains. Returns (reshapes composed, layout ops lifted)."""
+    composed = compose_reshapes(f)
+    lf = _Lifter(f, cost_model)
+    lf.run()
+    return composed, lf.lifted
+
+
+# ---------------------------------------------------------------------------------------------
+# proof
+
+
+def _flat(idx: list, shape: list):
+    out = 0
+    for i, n in zip(idx, shape):
+        out = out * n + i
+    return out
+
+
+def _unflat(flat, shape: list) -> list:
+    idx = []
+    for n in reversed(shape):
+        idx.append(flat % n)
+        flat = flat // n if isinstance(flat, int) else flat / n  # z3: integer division
+    return list(reversed(idx))
+
+
+def _layouts(max_rank: int, max_dim: int):
+    for rank in range(1, max_rank + 1):
+        yield from itertools.product(range(1, max_dim + 1), repeat=rank)
+
+
+def _factorings(n: int, max_rank: int):
+    """Every shape of up to ``max_rank`` axes (each at least 1, at most two 1s) whose product is ``n``."""
+    for rank in range(1, max_rank + 1):
+        for dims in itertools.product([d for d in range(1, n + 1) if n % d == 0], repeat=rank):
+            if math.prod(dims) == n and sum(1 for d in dims if d == 1) <= 1:
+                yield list(dims)
+
+
+def prove(max_rank: int = 3, max_dim: int = 3, max_target_rank: int = 3):
+    """Z3 proof, for every split into two pieces of every shape of up to ``max_rank`` axes of size
+    1..``max_dim`` and every plan this module makes for it (``transpose_plan`` for every permutation,
+    ``reshape_plan`` for every reshape of the pieces to up to ``max_target_rank`` axes), that element
+    ``m`` of piece ``i`` of the split of the op on the whole is element ``m`` of the op on piece ``i``,
+    for a symbolic tensor ``X`` (an uninterpreted function of the flat index) and a symbolic in-range
+    index ``m``. Returns ``(z3.unsat, cases)`` (proved) or ``(the first other result, the case)``."""
+    import z3
+
+    X = z3.Function("X", z3.IntSort(), z3.RealSort())
+    cases = 0
+
+    def check(idx, bounds, lhs, rhs):
+        s = z3.Solver()
+        s.add(*[z3.And(v >= 0, v < n) for v, n in zip(idx, bounds)])
+        s.add(X(lhs) != X(rhs))
+        return s.check()
+
+    for shape in _layouts(max_rank, max_dim):
+        shape = list(shape)
+        for axis in range(len(shape)):
+            if shape[axis] < 2:
+                continue
+            for cut in range(1, shape[axis]):
+                sizes = [cut, shape[axis] - cut]
+                offs = [0, cut]
+                pieces = [shape[:axis] + [n] + shape[axis + 1:] for n in sizes]
+                # transpose
+                for perm in itertools.permutations(range(len(shape))):
+                    whole, a, nsizes = transpose_plan(shape, axis, sizes, list(perm))
+                    for i, piece in enumerate(pieces):
+                        tp = [piece[p] for p in perm]
+                        m = [z3.Int(f"m{d}") for d in range(len(tp))]
+                        # lhs: element m of piece i of split(transpose(X), a)
+                        mw = list(m)
+                        mw[a] = mw[a] + sum(nsizes[:i])
+                        src = [None] * len(shape)
+                        for d, p in enumerate(perm):
+                            src[p] = mw[d]
+                        lhs = _flat(src, shape)
+                        # rhs: element m of transpose(piece i)
+                        srcp = [None] * len(shape)
+                        for d, p in enumerate(perm):
+                            srcp[p] = m[d]
+                        srcp[axis] = srcp[axis] + offs[i]
+                        r = check(m, tp, lhs, _flat(srcp, shape))
+                        cases += 1
+                        if r != z3.unsat:
+                            return r, ("transpose", shape, axis, sizes, perm)
+                # reshape: every pair of targets for the two pieces
+                for t0 in _factorings(math.prod(pieces[0]), max_target_rank):
+                    for t1 in _factorings(math.prod(pieces[1]), max_target_rank):
+                        plan = reshape_plan(shape, axis, sizes, [t0, t1])
+                        if plan is None:
+                            continue
+                        whole, j, nsizes = plan
+                        for i, t in enumerate((t0, t1)):
+                            m = [z3.Int(f"m{d}") for d in range(len(t))]
+                            mw = list(m)
+                            mw[j] = mw[j] + sum(nsizes[:i])
+                            lhs = _flat(mw, whole)  # reshape keeps the flat index
+                            pidx = _unflat(_flat(m, t), pieces[i])
+                            pidx[axis] = pidx[axis] + offs[i]
+                            r = check(m, t, lhs, _flat(pidx, shape))
+                            cases += 1
+                            if r != z3.unsat:
+                                return r, ("reshape", shape, axis, sizes, [t0, t1])
+    return z3.unsat, cases
