@@ -4,7 +4,10 @@ Where every piece of ``split(X)`` goes through a like ``reshape`` or ``transpose
 that op once on ``X`` and splits its result instead:
 
 - ``transpose(split(X, axis=k)#i, perm)`` is piece ``i`` of ``split(transpose(X, perm), axis=a)`` with
-  ``perm[a] = k`` and the same sizes: a transpose moves the split axis, it does not cut it;
+  ``perm[a] = k`` and the same sizes: a transpose moves the split axis, it does not cut it. Where the
+  pieces' perms differ, the one most use is lifted and a piece transposed by ``q`` keeps a transpose by
+  ``residual_perm(perm, q)`` after the split (a torch export's keys: ``[0, 2, 3, 1]`` beside the
+  queries' and values' ``[0, 2, 1, 3]``);
 - ``reshape(split(X, axis=k)#i, T_i)`` is piece ``i`` of ``split(reshape(X, T), axis=j)`` where the
   targets ``T_i`` agree outside one axis ``j``, their axes before ``j`` hold exactly ``X``'s axes before
   ``k`` (same product), and ``T_i[j] * prod(T_i[j+1:]) = sizes[i] * prod(X.shape[k+1:])``; ``T`` is
@@ -65,6 +68,16 @@ def transpose_plan(shape: list, axis: int, sizes: list, perm: list) -> tuple[lis
     return [shape[p] for p in perm], list(perm).index(axis), list(sizes)
 
 
+def residual_perm(lifted: list, perm: list) -> list:
+    """The perm ``r`` with ``transpose(transpose(x, lifted), r) = transpose(x, perm)``: axis ``d`` of the
+    result is axis ``perm[d]`` of ``x``, which is axis ``lifted.index(perm[d])`` of the lifted transpose."""
+    return [list(lifted).index(q) for q in perm]
+
+
+def _piece(whole: list, axis: int, n: int) -> list:
+    return list(whole[:axis]) + [n] + list(whole[axis + 1:])
+
+
 def compose_reshapes(f: ir.Operation) -> int:
     """``reshape(reshape(x))`` -> ``reshape(x)``; a reshape to its operand's type -> the operand. Returns
     the number of reshapes removed or re-pointed."""
@@ -95,8 +108,7 @@ class _Lifter:
         self.lifted = 0
 
     def _group(self, split: ir.Operation, kind: str) -> Optional[dict]:
-        """One ``taso.<kind>`` user per piece, all with the same attributes (transpose) or a reshape
-        plan (reshape): piece -> op, else None."""
+        """One ``taso.<kind>`` user per piece (the first): piece -> op, else None."""
         group = {}
         for i, r in enumerate(split.results):
             op = next((_user(u) for u in r.uses if _user(u).name == f"taso.{kind}"
@@ -104,52 +116,63 @@ class _Lifter:
             if op is None:
                 return None
             group[i] = op
-        if kind == "transpose" and len({tuple(taso_attrs(op)["perm"]) for op in group.values()}) != 1:
-            return None
         return group
 
     def _plan(self, split: ir.Operation, kind: str, group: dict):
+        """(the op's attributes on the whole, (its shape, the new split's axis and sizes), piece ->
+        residual perm), else None. Transposes: the perm most pieces use (the first piece's on a tie) is
+        lifted; a piece transposed otherwise keeps a transpose by the residual perm after the split."""
         a = taso_attrs(split)
         shape, axis, sizes = _shape(split.operands[0]), a["axis"], list(a["sizes"])
-        if kind == "transpose":
-            return transpose_plan(shape, axis, sizes, list(taso_attrs(group[0])["perm"]))
-        return reshape_plan(shape, axis, sizes, [_shape(group[i].results[0]) for i in range(len(sizes))])
+        if kind == "reshape":
+            plan = reshape_plan(shape, axis, sizes, [_shape(group[i].results[0]) for i in range(len(sizes))])
+            return None if plan is None else ({"shape": plan[0]}, plan, {})
+        perms = [tuple(taso_attrs(group[i])["perm"]) for i in range(len(sizes))]
+        common = max(perms, key=lambda p: (perms.count(p), -perms.index(p)))
+        residual = {i: residual_perm(list(common), list(q)) for i, q in enumerate(perms) if q != common}
+        return {"perm": list(common)}, transpose_plan(shape, axis, sizes, list(common)), residual
 
     def _gains(self, split: ir.Operation, kind: str, group: dict, plan) -> bool:
-        whole, axis, sizes = plan
+        attrs, (whole, axis, sizes), residual = plan
         x = split.operands[0]
         dtype = str(elem_type(x))
         a = taso_attrs(split)
         xs = _shape(x)
         pieces = [_shape(r) for r in split.results]
-        new_pieces = [_shape(group[i].results[0]) for i in range(len(pieces))]
-        attrs = (lambda op: {"perm": list(taso_attrs(op)["perm"])}) if kind == "transpose" else \
+        outs = [_shape(group[i].results[0]) for i in range(len(pieces))]
+        own = (lambda op: {"perm": list(taso_attrs(op)["perm"])}) if kind == "transpose" else \
             (lambda op: {"shape": _shape(op.results[0])})
-        old = sum(self.cm.cost(_sig(kind, attrs(op), [pieces[i]], [new_pieces[i]], dtype, (False,)))
+        old = sum(self.cm.cost(_sig(kind, own(op), [pieces[i]], [outs[i]], dtype, (False,)))
                   for i, op in group.items())
         ops = list(group.values())
         if all(any(_user(u) == op for op in ops) for r in split.results for u in r.uses):  # the old split goes too
             old += self.cm.cost(_sig("split", {"axis": a["axis"], "sizes": list(a["sizes"])}, [xs], pieces, dtype,
                                      (False,)))
-        whole_attrs = {"perm": list(taso_attrs(group[0])["perm"])} if kind == "transpose" else {"shape": whole}
-        new = (self.cm.cost(_sig(kind, whole_attrs, [xs], [whole], dtype, (False,)))
-               + self.cm.cost(_sig("split", {"axis": axis, "sizes": sizes}, [whole], new_pieces, dtype, (False,))))
+        new_pieces = [_piece(whole, axis, n) for n in sizes]
+        new = (self.cm.cost(_sig(kind, attrs, [xs], [whole], dtype, (False,)))
+               + self.cm.cost(_sig("split", {"axis": axis, "sizes": sizes}, [whole], new_pieces, dtype, (False,)))
+               + sum(self.cm.cost(_sig("transpose", {"perm": r}, [new_pieces[i]], [outs[i]], dtype, (False,)))
+                     for i, r in residual.items()))
         return new < old
 
     def _lift(self, split: ir.Operation, kind: str, group: dict, plan) -> None:
-        whole, axis, sizes = plan
+        attrs, (whole, axis, sizes), residual = plan
         x = split.operands[0]
-        attrs = {"perm": list(taso_attrs(group[0])["perm"])} if kind == "transpose" else {"shape": whole}
         with ir.InsertionPoint(split):
             w = create_taso_op(kind, [x], [_tensor(whole, x)], attrs, loc=split.location)
-            s = create_taso_op("split", [w.results[0]], [group[i].results[0].type for i in range(len(sizes))],
+            s = create_taso_op("split", [w.results[0]], [_tensor(_piece(whole, axis, n), x) for n in sizes],
                                {"axis": axis, "sizes": sizes}, loc=split.location)
         for i, op in group.items():
-            op.results[0].replace_all_uses_with(s.results[i])
+            new = s.results[i]
+            if i in residual:
+                with ir.InsertionPoint(op):
+                    new = create_taso_op("transpose", [new], [op.results[0].type], {"perm": residual[i]},
+                                         loc=op.location).results[0]
+            op.results[0].replace_all_uses_with(new)
             op.erase()
         if not any(True for r in split.results for _ in r.uses):
             split.erase()
-        self.lifted += len(group)
+        self.lifted += len(group) - len(residual)
 
     def _try(self, split: ir.Operation) -> bool:
         for kind in ("reshape", "transpose"):
@@ -163,8 +186,8 @@ class _Lifter:
         return False
 
     def run(self) -> None:
-        # Ends: each lift removes one op per piece and adds one op and one split on the whole, where the
-        # cost model gains; every lift lowers the function's cost, which is bounded below.
+        # Ends: a lift replaces ops by ops the cost model says cost less in all (what it adds, residual
+        # transposes included, against what it removes), so each lowers the function's cost.
         while True:
             for o in list(self.block.operations):
                 op = o.operation
@@ -219,7 +242,8 @@ def prove(max_rank: int = 3, max_dim: int = 3, max_target_rank: int = 3):
     """Z3 proof, for every split into two pieces of every shape of up to ``max_rank`` axes of size
     1..``max_dim`` and every plan this module makes for it (``transpose_plan`` for every permutation,
     ``reshape_plan`` for every reshape of the pieces to up to ``max_target_rank`` axes), that element
-    ``m`` of piece ``i`` of the split of the op on the whole is element ``m`` of the op on piece ``i``,
+    ``m`` of piece ``i`` of the split of the op on the whole is element ``m`` of the op on piece ``i``
+    (and, for every two perms, that the ``residual_perm`` transpose after the lifted one is the other),
     for a symbolic tensor ``X`` (an uninterpreted function of the flat index) and a symbolic in-range
     index ``m``. Returns ``(z3.unsat, cases)`` (proved) or ``(the first other result, the case)``."""
     import z3
@@ -233,8 +257,27 @@ def prove(max_rank: int = 3, max_dim: int = 3, max_target_rank: int = 3):
         s.add(X(lhs) != X(rhs))
         return s.check()
 
+    def transposed(idx, perm):  # the index into x of element idx of transpose(x, perm)
+        src = [None] * len(perm)
+        for d, p in enumerate(perm):
+            src[p] = idx[d]
+        return src
+
     for shape in _layouts(max_rank, max_dim):
         shape = list(shape)
+        # a residual transpose after the lifted one is the piece's own transpose
+        for lifted in itertools.permutations(range(len(shape))):
+            mid = [shape[p] for p in lifted]
+            for perm in itertools.permutations(range(len(shape))):
+                r = residual_perm(list(lifted), list(perm))
+                out = [shape[p] for p in perm]
+                m = [z3.Int(f"m{d}") for d in range(len(out))]
+                if [mid[q] for q in r] != out:
+                    return z3.sat, ("residual shape", shape, lifted, perm)
+                res = check(m, out, _flat(transposed(transposed(m, r), lifted), shape), _flat(transposed(m, perm), shape))
+                cases += 1
+                if res != z3.unsat:
+                    return res, ("residual", shape, lifted, perm)
         for axis in range(len(shape)):
             if shape[axis] < 2:
                 continue

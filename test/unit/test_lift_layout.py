@@ -54,6 +54,14 @@ def test_the_proof_fails_on_a_wrong_reshape_plan(monkeypatch):
     assert result != z3.unsat and case[0] == "reshape"
 
 
+def test_the_proof_fails_on_a_wrong_residual(monkeypatch):
+    import z3
+
+    monkeypatch.setattr(LL, "residual_perm", lambda lifted, perm: list(perm))
+    result, case = LL.prove(max_rank=2, max_dim=2)
+    assert result == z3.sat and case[0].startswith("residual")
+
+
 @pytest.mark.parametrize("shape, axis, sizes, targets, plan", [
     # BERT's heads: [S, 3H] split in three, each piece to [1, S, heads, D]
     ([64, 3072], 1, [1024] * 3, [[1, 64, 16, 64]] * 3, ([1, 64, 48, 64], 2, [16, 16, 16])),
@@ -131,9 +139,18 @@ def test_heads_lift_to_one_reshape_one_transpose_one_split():
     _same(before, after)
 
 
-def test_different_perms_lift_the_reshapes_only():
+def test_a_piece_transposed_otherwise_keeps_a_residual_transpose():
+    """The keys of a torch export: [0, 2, 3, 1] where the queries and values have [0, 2, 1, 3]. The common
+    perm is lifted, the keys' piece keeps [0, 1, 3, 2] after the split."""
     names, got, before, after = _run(_heads(perms=((0, 2, 1, 3), (0, 2, 3, 1), (0, 2, 1, 3))))
-    assert got == (0, 3) and names.count("taso.transpose") == 3 and names.count("taso.reshape") == 1
+    assert got == (0, 5) and names.count("taso.transpose") == 2 and names.count("taso.reshape") == 1
+    _same(before, after)
+
+
+def test_all_perms_different_lift_nothing():
+    """No perm is shared: lifting one leaves two residual transposes and a split, no gain."""
+    names, got, before, after = _run(_heads(perms=((0, 2, 1, 3), (0, 2, 3, 1), (0, 1, 3, 2))))
+    assert got == (0, 3) and names.count("taso.transpose") == 3
     _same(before, after)
 
 
