@@ -1,8 +1,8 @@
 """Lifting elementwise ops over splits: one op on the whole tensor instead of one per piece.
 
 Where ``f(split(X)#i, split(Y)#i)`` (``f``: ``ewadd`` or ``ewmul``; the two splits on one axis with the
-same sizes) or ``g(split(X)#i)`` (``g``: ``relu``, ``sigmoid`` or ``tanh``) appears for two or more
-pieces ``i``, those ops become the pieces of ``split(f(X, Y))`` (``split(g(X))``): an elementwise op
+same sizes) or ``g(split(X)#i)`` (``g``: ``relu``, ``sigmoid`` or ``tanh``) appears for some pieces
+``i``, those ops become the pieces of ``split(f(X, Y))`` (``split(g(X))``): an elementwise op
 computes each element from the elements at the same position, so piece ``i`` of the op on the whole is
 the op on the pieces ``i``, bit for bit. A merge of k sibling matmuls leaves such pieces (an RNN cell's
 gates: the input and recurrent projections of every gate, each merged into one matmul and split, then
@@ -14,7 +14,8 @@ the weight folding after this pass computes: ``x @ [W_a | W_b] = [x @ W_a | x @ 
 the pieces of ``Y`` come out in ``X``'s order.
 
 Each lift happens only where the cost model says the op on the whole and its split cost less than the
-ops on the pieces. ``taso-search`` runs this after the search, on the function as written (split trees
+ops on the pieces and the splits that nothing else uses (they go with the ops: then even one op on one
+piece pair can lift, its two splits and it becoming one op and one split). ``taso-search`` runs this after the search, on the function as written (split trees
 fused), until nothing more lifts: a lifted ``ewadd``'s pieces can lift the activations on them.
 ``prove()`` checks both identities (lifting, alignment) with Z3; ``test/unit/test_lift_elementwise.py`` tests the pass
 against the reference semantics and in onnxruntime.
@@ -112,18 +113,25 @@ class _Lifter:
         self.permuted = 0
 
     # ---- costs ----
-    def _gains(self, kind: str, split: ir.Operation, pieces: list, n_operands: int) -> bool:
+    def _split_cost(self, split: ir.Operation) -> float:
+        a = taso_attrs(split)
+        return self.cm.cost(_sig("split", {"axis": a["axis"], "sizes": a["sizes"]}, [_shape(split.operands[0])],
+                                 [_shape(r) for r in split.results], str(elem_type(split.operands[0])), (False,)))
+
+    def _gains(self, kind: str, split: ir.Operation, pieces: list, n_operands: int, ops: list = (),
+               splits: tuple = ()) -> bool:
+        """The op on the whole and its split cost less than the ops on ``pieces`` (and than each of
+        ``splits`` that nothing but ``ops``, the ops lifted, uses: it goes with them)."""
         whole = _shape(split.operands[0])
         if whole is None:
             return False
         dtype = str(elem_type(split.operands[0]))
-        a = taso_attrs(split)
         pshapes = [_shape(r) for r in split.results]
         w = (False,) * n_operands
         old = sum(self.cm.cost(_sig(kind, {}, [pshapes[i]] * n_operands, [pshapes[i]], dtype, w)) for i in pieces)
-        new = (self.cm.cost(_sig(kind, {}, [whole] * n_operands, [whole], dtype, w))
-               + self.cm.cost(_sig("split", {"axis": a["axis"], "sizes": a["sizes"]}, [whole], pshapes, dtype,
-                                   (False,))))
+        old += sum(self._split_cost(s) for s in splits
+                   if all(any(_user(u) == op for op in ops) for r in s.results for u in r.uses))
+        new = self.cm.cost(_sig(kind, {}, [whole] * n_operands, [whole], dtype, w)) + self._split_cost(split)
         return new < old
 
     # ---- the rewrite ----
@@ -150,7 +158,7 @@ class _Lifter:
                     op = _user(u)
                     if op.name == f"taso.{kind}" and i not in group:
                         group[i] = op
-            if len(group) >= 2 and self._gains(kind, split, list(group), 1):
+            if group and self._gains(kind, split, list(group), 1, list(group.values()), (split,)):
                 self._lift(kind, split, [split.operands[0]], group)
                 return True
         return False
@@ -191,8 +199,8 @@ class _Lifter:
             for i, j, op in pairs:
                 if i == j and i not in mine:
                     mine[i] = op
-            if len(mine) >= 2 and list(taso_attrs(partner)["sizes"]) == list(a["sizes"]) \
-                    and self._gains(kind, split, list(mine), 2):
+            if mine and list(taso_attrs(partner)["sizes"]) == list(a["sizes"]) \
+                    and self._gains(kind, split, list(mine), 2, list(mine.values()), (split, partner)):
                 self._lift(kind, split, [split.operands[0], partner.operands[0]], mine)
                 return True
         return False

@@ -47,13 +47,16 @@ def _weights(rng, k, n):
             f'  %b = "taso.weight"() {{name = "b", value = dense<{b.tolist()}> : tensor<{n}xf32>}} : () -> tensor<{n}xf32>')
 
 
-def _gates(pairs, extra_use=False, piece=8, n=4, k=6, matmul_first=False):
+def _gates(pairs, extra_use=False, piece=8, n=4, k=6, matmul_first=False, keep_piece=None):
     """x [1, n*piece] split n ways; y = matmul(h, w, b) split n ways; one ewadd per (i, j) in ``pairs``
-    (``matmul_first``: y's split comes first in the block, so the pass meets it first)."""
+    (``matmul_first``: y's split comes first in the block, so the pass meets it first; ``keep_piece``:
+    that piece of both splits is also returned, so the splits stay)."""
     whole = piece * n
     rng = np.random.default_rng(0)
-    outs = [f"a{t}" for t in range(len(pairs))] + (["y"] if extra_use else [])
-    otypes = [f"tensor<1x{piece}xf32>"] * len(pairs) + ([f"tensor<1x{whole}xf32>"] if extra_use else [])
+    kept = [f"xs#{keep_piece}", f"ys#{keep_piece}"] if keep_piece is not None else []
+    outs = [f"a{t}" for t in range(len(pairs))] + (["y"] if extra_use else []) + kept
+    otypes = ([f"tensor<1x{piece}xf32>"] * len(pairs) + ([f"tensor<1x{whole}xf32>"] if extra_use else [])
+              + [f"tensor<1x{piece}xf32>"] * len(kept))
     body = [_weights(rng, k, whole),
             f'%y = "taso.matmul"(%h, %w, %b) {{activation = "none", operandSegmentSizes = array<i32: 1, 1, 1>}} : '
             f'(tensor<1x{k}xf32>, tensor<{k}x{whole}xf32>, tensor<{whole}xf32>) -> tensor<1x{whole}xf32>',
@@ -128,8 +131,25 @@ class _NoLaunch(CostModel):
 
 
 def test_the_cost_model_decides():
-    names, got, before, after = _run(_gates([(0, 0), (1, 1), (3, 3)]), cost_model=_NoLaunch())
+    """Bytes only, the splits staying (a piece of each is used as it is): the op on the whole and its
+    split move more than the ops on the pieces."""
+    names, got, before, after = _run(_gates([(0, 0), (1, 1), (3, 3)], keep_piece=2), cost_model=_NoLaunch())
     assert got == (0, 0) and names.count("taso.ewadd") == 3
+    _same(before, after)
+
+
+def test_splits_that_go_with_the_lift_count():
+    """Bytes only, nothing else using the splits: the lift removes two split copies and adds one."""
+    names, got, before, after = _run(_gates([(0, 0), (1, 1), (3, 3)]), cost_model=_NoLaunch())
+    assert got == (3, 0) and names.count("taso.ewadd") == 1 and names.count("taso.split") == 1
+    _same(before, after)
+
+
+def test_one_pair_lifts_where_both_splits_go():
+    """One ewadd of piece 2 of two splits that feed nothing else: three launches (two splits and the
+    add) become two (the add on the whole and its split)."""
+    names, got, before, after = _run(_gates([(2, 2)]))
+    assert got == (1, 0) and names.count("taso.split") == 1
     _same(before, after)
 
 
