@@ -6,6 +6,13 @@ most ``max_growth`` x the original's and its key is new, and queued if its cost 
 the best cost so far. Stop after ``budget`` pops (per window) or at the deadline, with the best
 graph so far.
 
+One extension of TASO's loop: a child made by a merge (a rewrite whose target has a split) that costs
+no less than its parent, where a further sibling of the merged ops exists, is built at once and the
+merges of the op it created are costed; each pair of merges cheaper than the parent is queued as
+such (``_merge_on``). TASO's rules merge two ops at a time, so merging three siblings (a
+transformer's query, key and value projections) can start with a step that does not pay, which the
+queue would reach only after every neutral rewrite of the window.
+
 What makes it fast (the graphs popped are the same as doing the above literally, up to the last
 bits of a cost; the sites of one rewrite are visited in the order of their op ids):
 
@@ -55,6 +62,7 @@ class Stats:
     generated: int = 0  # children costed (sites that passed the local check, within the op limit)
     pruned: int = 0  # of those, not queued: cost >= alpha x best
     duplicates: int = 0  # children popped whose graph was popped before
+    lookahead: int = 0  # pairs of merges queued by looking one merge past a merge that does not pay
     #: reason -> sites rejected (by the local check: once, when the site is found; by the rest of
     #: the check: when the child is popped; by the op count: each time)
     rejected: Counter = field(default_factory=Counter)
@@ -113,6 +121,7 @@ def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats
     (``T.child_sites``); the window's first graph is matched in full."""
     best_cost = g0.cost
     best = g0  # a graph, or the queue entry of the best child
+    merges = [any(op.name == "split" for op in rw.dst.ops) for rw in rewrites]
     seen = {g0.key}  # keys of the graphs popped
     heap = [(g0.cost, 0, None, -1, (), None)]
     seq = 1
@@ -148,18 +157,11 @@ def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats
             sites = T.child_sites(rewrites, table, radius, g, parent_sites, index, stats.rejected)
         sites_of[g] = sites
         for st in sites:
-            ri, ops, _bkey, b, costs = st
+            ri, ops, _bkey, b, _costs = st
             rw = rewrites[ri]
-            if g.num_ops - len(ops) + len(rw.dst.ops) > limit:
-                stats.rejected["op count over the limit"] += 1
+            cost = _site_cost(rewrites, g, st, builder, limit, stats)
+            if cost is None:
                 continue
-            if costs == 0:
-                costs = st[4] = T.target_info(rw, g, ops, b, builder)
-            costs = T.info_costs(rw, g, ops, b, costs)
-            if costs is None:  # the rewrite changes other ops' costs: build it to know its cost
-                cost = T.rewrite(rw, g, ops, b, builder).cost
-            else:
-                cost = T.rewrite_cost(g, ops, costs)
             stats.generated += 1
             entry = (cost, seq, g, ri, ops, b)
             if cost < best_cost - 1e-12:
@@ -173,10 +175,90 @@ def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats
                 seq += 1
             else:
                 stats.pruned += 1
+                continue
+            if merges[ri] and cost >= g.cost - 1e-12:
+                # a merge that does not pay by itself (two of three siblings): look one merge further
+                for entry2 in _merge_on(rewrites, merges, g, sites, st, builder, eligible, limit, stats, table,
+                                        radius, sites_of):
+                    cost2 = entry2[0]
+                    entry2 = (cost2, seq) + entry2[2:]
+                    if cost2 < best_cost - 1e-12:
+                        best, best_cost = entry2, cost2
+                    heapq.heappush(heap, entry2)
+                    seq += 1
+                    stats.lookahead += 1
     if isinstance(best, T.TGraph):
         return best
     _cost, _seq, p, ri, ops, b = best
     return T.rewrite(rewrites[ri], p, ops, b, builder).graph()
+
+
+def _site_cost(rewrites, g, st, builder, limit, stats) -> Optional[float]:
+    """The cost of rewriting ``g`` at the site ``st`` (its target costs computed once, kept in it), or
+    None where the child would have more ops than ``limit``."""
+    ri, ops, _bkey, b, costs = st
+    rw = rewrites[ri]
+    if g.num_ops - len(ops) + len(rw.dst.ops) > limit:
+        stats.rejected["op count over the limit"] += 1
+        return None
+    if costs == 0:
+        costs = st[4] = T.target_info(rw, g, ops, b, builder)
+    costs = T.info_costs(rw, g, ops, b, costs)
+    if costs is None:  # the rewrite changes other ops' costs: build it to know its cost
+        return T.rewrite(rw, g, ops, b, builder).cost
+    return T.rewrite_cost(g, ops, costs)
+
+
+def _merge_on(rewrites, merges, g, sites, st, builder, eligible, limit, stats, table, radius, sites_of) -> list:
+    """Merges of the op a merge at ``st`` created with a further sibling that make the two together
+    cheaper than ``g``: queue entries (cost, None, child, rewrite index, ops, binding) on the built
+    child, whose sites are recorded in ``sites_of``.
+
+    TASO's rules merge two ops at a time, so merging k > 2 siblings (a transformer's query, key and
+    value projections) starts with a merge of two that can cost more than it saves: the split it adds
+    is paid at once, the savings come with the next merge, which the split tree makes free. Queued
+    by cost, that first step waits behind every neutral rewrite of the window, which a small budget
+    never gets through. So a merge that does not pay is followed at once by the merges of the op it
+    created, and a pair that pays is queued as the two rewrites it is; the child in between is
+    queued as usual too."""
+    ri, ops, _bkey, b, _costs = st
+    rw = rewrites[ri]
+    if not _more_siblings(g, ops) or T.check_global(rw, g, ops, b) is not None:
+        return []
+    child = T.rewrite(rw, g, ops, b, builder).graph()
+    fresh = {nid for nid, n in child.changes.items() if n is not None and nid >= g.next_id}
+    index = T.Index(child, eligible)
+    sites2 = T.child_sites(rewrites, table, radius, child, sites, index, stats.rejected)
+    out = []
+    for st2 in sites2:
+        ri2, ops2, _bkey2, b2, _ = st2
+        if not merges[ri2] or fresh.isdisjoint(ops2):
+            continue
+        cost2 = _site_cost(rewrites, child, st2, builder, limit, stats)
+        if cost2 is None or cost2 >= g.cost - 1e-12:
+            continue
+        why = T.check_global(rewrites[ri2], child, ops2, b2)
+        if why is not None:
+            stats.rejected[why.split(":")[0]] += 1
+            continue
+        out.append((cost2, None, child, ri2, ops2, b2))
+    if out:
+        sites_of[child] = sites2
+    return out
+
+
+def _more_siblings(g: T.TGraph, ops) -> bool:
+    """Some value that two of the matched ops read has a further user of their kind outside the match
+    (a third sibling the merged op could merge with next)."""
+    nodes, uses = g.nodes, g.uses()
+    matched = set(ops)
+    kinds = {nodes[o].kind for o in ops}
+    readers: dict = {}
+    for o in ops:
+        for v in set(nodes[o].operands):
+            readers[v] = readers.get(v, 0) + 1
+    return any(n >= 2 and any(u is not None and u not in matched and nodes[u].kind in kinds for u in uses.get(v, ()))
+               for v, n in readers.items())
 
 
 def applied_counts(g: T.TGraph) -> Counter:

@@ -546,3 +546,36 @@ func.func @f(%a: tensor<2x4xf32>, %b: tensor<2x4xf32>) -> tensor<2x4xf32> {
         g_ir, _ = T.from_function(f, builder)
         assert T.structure(g_ir) == T.structure(g)
         np.testing.assert_allclose(run_function(f, feeds)[0], want[0], rtol=1e-6)
+
+
+def _siblings(n: int) -> str:
+    ws = "\n  ".join(_weight(f"w{i}", "256x256", 0.5 + i) for i in range(n))
+    mms = "\n  ".join(f'%y{i} = "taso.matmul"(%x, %w{i}) {{activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>}} : '
+                      f'(tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>' for i in range(n))
+    types = ", ".join(["tensor<256x256xf32>"] * n)
+    return (f"func.func @f(%x: tensor<256x256xf32>) -> ({types}) {{\n  {ws}\n  {mms}\n  "
+            f"return {', '.join(f'%y{i}' for i in range(n))} : {types}\n}}\n")
+
+
+def test_a_merge_that_does_not_pay_is_followed_by_the_next():
+    """Three sibling matmuls of 256 x 256 on the T4 model: merging two of them costs more than it saves
+    (the split is paid at once), merging the third as well pays. With a budget of one graph the search
+    pops only the input, so the pair of merges is found by looking one merge past the first."""
+    from taso_mlir.passes.lift_elementwise import _sig
+
+    cm = get_cost_model("analytic")
+    mm = lambda n: cm.cost(_sig("matmul", {}, [[256, 256], [256, n]], [[256, n]], "f32", (False, True)))  # noqa: E731
+    split = lambda k: cm.cost(_sig("split", {"axis": 1, "sizes": [256] * k}, [[256, 256 * k]], [[256, 256]] * k,  # noqa: E731
+                                   "f32", (False,)))
+    assert 2 * mm(256) < mm(512) + split(2) and 3 * mm(256) > mm(768) + split(3)  # the premise
+    out, rep = run_search(_siblings(3), budget=1)
+    fr = rep["functions"][0]
+    assert fr["rewrites_applied"] == 2 and fr["cost_after_ms"] < fr["cost_before_ms"], fr
+    assert out.count('"taso.matmul"') == 1 and out.count('"taso.split"') == 1
+
+
+def test_no_lookahead_without_a_third_sibling():
+    """Two siblings: the merge does not pay and there is nothing to merge next, so nothing is done."""
+    _out, rep = run_search(_siblings(2), budget=1)
+    fr = rep["functions"][0]
+    assert fr["rewrites_applied"] == 0 and fr["cost_after_ms"] == fr["cost_before_ms"], fr
