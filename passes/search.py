@@ -63,6 +63,7 @@ class Stats:
     pruned: int = 0  # of those, not queued: cost >= alpha x best
     duplicates: int = 0  # children popped whose graph was popped before
     lookahead: int = 0  # pairs of merges queued by looking one merge past a merge that does not pay
+    lookahead_built: int = 0  # children built for that look (each matched around its rewrite)
     #: reason -> sites rejected (by the local check: once, when the site is found; by the rest of
     #: the check: when the child is popped; by the op count: each time)
     rejected: Counter = field(default_factory=Counter)
@@ -226,6 +227,7 @@ def _merge_on(rewrites, merges, g, sites, st, builder, eligible, limit, stats, t
     if not _more_siblings(g, ops) or T.check_global(rw, g, ops, b) is not None:
         return []
     child = T.rewrite(rw, g, ops, b, builder).graph()
+    stats.lookahead_built += 1
     fresh = {nid for nid, n in child.changes.items() if n is not None and nid >= g.next_id}
     index = T.Index(child, eligible)
     sites2 = T.child_sites(rewrites, table, radius, child, sites, index, stats.rejected)

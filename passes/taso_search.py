@@ -168,6 +168,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "rewrites_applied": len(best.history),
         "graphs_popped": stats.popped, "graphs_generated": stats.generated, "graphs_pruned": stats.pruned,
         "duplicates": stats.duplicates, "merge_pairs_queued": stats.lookahead,
+        "merge_children_built": stats.lookahead_built,
         "windows": stats.windows, "windows_skipped": stats.windows_skipped, "timed_out": stats.timed_out,
         "rejected_sites": dict(stats.rejected.most_common(8)),
         "weights_folded": pre_folded + folded, "identities_dropped": identities, "splits_fused": splits_fused,
@@ -483,7 +484,7 @@ def format_report(rep: dict) -> str:
         L.append(f"  @{fr['function']}: cost {before:.4g} -> {after:.4g} ms ({red:.1f}% less), ops "
                  f"{fr['ops_before']} -> {fr['ops_after']}, {fr['rewrites_applied']} rewrites applied, "
                  f"{fr['graphs_popped']} graphs explored ({fr['graphs_generated']} generated, "
-                 f"{fr['graphs_pruned']} not queued (cost >= alpha x best), {fr['duplicates']} duplicates, {fr.get('merge_pairs_queued', 0)} merge pairs queued by looking past a merge that does not pay) in {fr['windows']} window(s), search {fr['search_s']} s, "
+                 f"{fr['graphs_pruned']} not queued (cost >= alpha x best), {fr['duplicates']} duplicates, {fr.get('merge_pairs_queued', 0)} merge pairs queued by looking past {fr.get('merge_children_built', 0)} merges that do not pay) in {fr['windows']} window(s), search {fr['search_s']} s, "
                  f"PDL replay and folding {fr['replay_s']} s, {fr['weights_folded']} weight ops folded, "
                  f"{fr['splits_fused']} nested splits and {fr['concats_fused']} nested concats fused, "
                  f"{fr['identities_dropped']} identity ops (x + 0, x * 1) dropped, "
