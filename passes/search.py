@@ -123,6 +123,7 @@ def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats
     best_cost = g0.cost
     best = g0  # a graph, or the queue entry of the best child
     merges = [any(op.name == "split" for op in rw.dst.ops) for rw in rewrites]
+    looked: set = set()  # keys of the children built to look past a merge (at most budget / 2)
     seen = {g0.key}  # keys of the graphs popped
     heap = [(g0.cost, 0, None, -1, (), None)]
     seq = 1
@@ -180,7 +181,7 @@ def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats
             if merges[ri] and cost >= g.cost - 1e-12:
                 # a merge that does not pay by itself (two of three siblings): look one merge further
                 for entry2 in _merge_on(rewrites, merges, g, sites, st, builder, eligible, limit, stats, table,
-                                        radius, sites_of):
+                                        radius, sites_of, looked, max(1, opts.budget // 2)):
                     cost2 = entry2[0]
                     entry2 = (cost2, seq) + entry2[2:]
                     if cost2 < best_cost - 1e-12:
@@ -210,7 +211,8 @@ def _site_cost(rewrites, g, st, builder, limit, stats) -> Optional[float]:
     return T.rewrite_cost(g, ops, costs)
 
 
-def _merge_on(rewrites, merges, g, sites, st, builder, eligible, limit, stats, table, radius, sites_of) -> list:
+def _merge_on(rewrites, merges, g, sites, st, builder, eligible, limit, stats, table, radius, sites_of, looked,
+              cap) -> list:
     """Merges of the op a merge at ``st`` created with a further sibling that make the two together
     cheaper than ``g``: queue entries (cost, None, child, rewrite index, ops, binding) on the built
     child, whose sites are recorded in ``sites_of``.
@@ -221,12 +223,19 @@ def _merge_on(rewrites, merges, g, sites, st, builder, eligible, limit, stats, t
     by cost, that first step waits behind every neutral rewrite of the window, which a small budget
     never gets through. So a merge that does not pay is followed at once by the merges of the op it
     created, and a pair that pays is queued as the two rewrites it is; the child in between is
-    queued as usual too."""
+    queued as usual too. Each child is looked past once (``looked``: the window's, keyed by graph),
+    and at most ``cap`` children a window: with many siblings whose merges never pay (an RNN's gate
+    projections under onnxruntime's measured costs) the look would otherwise cost more than the
+    search."""
     ri, ops, _bkey, b, _costs = st
     rw = rewrites[ri]
-    if not _more_siblings(g, ops) or T.check_global(rw, g, ops, b) is not None:
+    if len(looked) >= cap or not _more_siblings(g, ops) or T.check_global(rw, g, ops, b) is not None:
         return []
-    child = T.rewrite(rw, g, ops, b, builder).graph()
+    c = T.rewrite(rw, g, ops, b, builder)
+    if c.key in looked:
+        return []
+    looked.add(c.key)
+    child = c.graph()
     stats.lookahead_built += 1
     fresh = {nid for nid, n in child.changes.items() if n is not None and nid >= g.next_id}
     index = T.Index(child, eligible)
