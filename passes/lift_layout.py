@@ -80,7 +80,7 @@ def _piece(whole: list, axis: int, n: int) -> list:
 
 def compose_reshapes(f: ir.Operation) -> int:
     """``reshape(reshape(x))`` -> ``reshape(x)``; a reshape to its operand's type -> the operand. Returns
-    the number of reshapes removed or re-pointed."""
+    the number of reshapes re-pointed or removed (each once)."""
     done = 0
     for o in list(f.regions[0].blocks[0].operations):
         op = o.operation
@@ -88,7 +88,8 @@ def compose_reshapes(f: ir.Operation) -> int:
             continue
         src = op.operands[0]
         inner = _owner(src)
-        if inner is not None and inner.name == "taso.reshape":
+        repointed = inner is not None and inner.name == "taso.reshape"
+        if repointed:
             op.operands[0] = inner.operands[0]
             if not any(True for _ in inner.results[0].uses):
                 inner.erase()
@@ -97,7 +98,7 @@ def compose_reshapes(f: ir.Operation) -> int:
         if src.type == op.results[0].type:
             op.results[0].replace_all_uses_with(src)
             op.erase()
-            done += 1
+            done += not repointed
     return done
 
 
@@ -203,6 +204,8 @@ def lift_layout(f: ir.Operation, cost_model) -> tuple[int, int]:
     composed = compose_reshapes(f)
     lf = _Lifter(f, cost_model)
     lf.run()
+    if lf.lifted:
+        composed += compose_reshapes(f)  # a lifted reshape of a reshape's result
     return composed, lf.lifted
 
 
@@ -231,7 +234,7 @@ def _layouts(max_rank: int, max_dim: int):
 
 
 def _factorings(n: int, max_rank: int):
-    """Every shape of up to ``max_rank`` axes (each at least 1, at most two 1s) whose product is ``n``."""
+    """Every shape of up to ``max_rank`` axes (at most one of them 1) whose product is ``n``."""
     for rank in range(1, max_rank + 1):
         for dims in itertools.product([d for d in range(1, n + 1) if n % d == 0], repeat=rank):
             if math.prod(dims) == n and sum(1 for d in dims if d == 1) <= 1:
@@ -241,15 +244,18 @@ def _factorings(n: int, max_rank: int):
 def prove(max_rank: int = 3, max_dim: int = 3, max_target_rank: int = 3):
     """Z3 proof, for every split into two pieces of every shape of up to ``max_rank`` axes of size
     1..``max_dim`` and every plan this module makes for it (``transpose_plan`` for every permutation,
-    ``reshape_plan`` for every reshape of the pieces to up to ``max_target_rank`` axes), that element
-    ``m`` of piece ``i`` of the split of the op on the whole is element ``m`` of the op on piece ``i``
-    (and, for every two perms, that the ``residual_perm`` transpose after the lifted one is the other),
-    for a symbolic tensor ``X`` (an uninterpreted function of the flat index) and a symbolic in-range
-    index ``m``. Returns ``(z3.unsat, cases)`` (proved) or ``(the first other result, the case)``."""
+    ``reshape_plan`` for every reshape of the pieces to up to ``max_target_rank`` axes, at most one of
+    them 1), that the new split's piece ``i`` has the shape of the op on piece ``i`` and that its
+    element ``m`` is that op's element ``m`` (and, for every two perms, that the ``residual_perm``
+    transpose after the lifted one is the other), for a symbolic tensor ``X`` (an uninterpreted
+    function of the flat index) and a symbolic in-range index ``m``. The scope is bounded: two pieces,
+    small ranks (the pass itself lifts any number of pieces of any rank; the index arithmetic is the
+    same per axis). Returns ``(z3.unsat, cases checked per family)`` (proved) or ``(the first other
+    result, the case)``."""
     import z3
 
     X = z3.Function("X", z3.IntSort(), z3.RealSort())
-    cases = 0
+    cases = {"residual": 0, "transpose": 0, "reshape": 0}
 
     def check(idx, bounds, lhs, rhs):
         s = z3.Solver()
@@ -275,7 +281,7 @@ def prove(max_rank: int = 3, max_dim: int = 3, max_target_rank: int = 3):
                 if [mid[q] for q in r] != out:
                     return z3.sat, ("residual shape", shape, lifted, perm)
                 res = check(m, out, _flat(transposed(transposed(m, r), lifted), shape), _flat(transposed(m, perm), shape))
-                cases += 1
+                cases["residual"] += 1
                 if res != z3.unsat:
                     return res, ("residual", shape, lifted, perm)
         for axis in range(len(shape)):
@@ -290,6 +296,8 @@ def prove(max_rank: int = 3, max_dim: int = 3, max_target_rank: int = 3):
                     whole, a, nsizes = transpose_plan(shape, axis, sizes, list(perm))
                     for i, piece in enumerate(pieces):
                         tp = [piece[p] for p in perm]
+                        if _piece(whole, a, nsizes[i]) != tp:  # the new split's piece is the transposed piece
+                            return z3.sat, ("transpose shape", shape, axis, sizes, perm)
                         m = [z3.Int(f"m{d}") for d in range(len(tp))]
                         # lhs: element m of piece i of split(transpose(X), a)
                         mw = list(m)
@@ -304,7 +312,7 @@ def prove(max_rank: int = 3, max_dim: int = 3, max_target_rank: int = 3):
                             srcp[p] = m[d]
                         srcp[axis] = srcp[axis] + offs[i]
                         r = check(m, tp, lhs, _flat(srcp, shape))
-                        cases += 1
+                        cases["transpose"] += 1
                         if r != z3.unsat:
                             return r, ("transpose", shape, axis, sizes, perm)
                 # reshape: every pair of targets for the two pieces
@@ -314,7 +322,11 @@ def prove(max_rank: int = 3, max_dim: int = 3, max_target_rank: int = 3):
                         if plan is None:
                             continue
                         whole, j, nsizes = plan
+                        if math.prod(whole) != math.prod(shape):
+                            return z3.sat, ("reshape size", shape, axis, sizes, [t0, t1])
                         for i, t in enumerate((t0, t1)):
+                            if _piece(whole, j, nsizes[i]) != list(t):
+                                return z3.sat, ("reshape shape", shape, axis, sizes, [t0, t1])
                             m = [z3.Int(f"m{d}") for d in range(len(t))]
                             mw = list(m)
                             mw[j] = mw[j] + sum(nsizes[:i])
@@ -322,7 +334,7 @@ def prove(max_rank: int = 3, max_dim: int = 3, max_target_rank: int = 3):
                             pidx = _unflat(_flat(m, t), pieces[i])
                             pidx[axis] = pidx[axis] + offs[i]
                             r = check(m, t, lhs, _flat(pidx, shape))
-                            cases += 1
+                            cases["reshape"] += 1
                             if r != z3.unsat:
                                 return r, ("reshape", shape, axis, sizes, [t0, t1])
     return z3.unsat, cases

@@ -181,8 +181,12 @@ def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats
             if merges[ri] and cost >= g.cost - 1e-12:
                 # a merge that does not pay by itself (two of three siblings): look one merge further
                 for entry2 in _merge_on(rewrites, merges, g, sites, st, builder, eligible, limit, stats, table,
-                                        radius, sites_of, looked, max(1, opts.budget // 2)):
+                                        radius, sites_of, looked, max(1, opts.budget // 2), deadline):
                     cost2 = entry2[0]
+                    stats.generated += 1
+                    if cost2 >= opts.alpha * best_cost:  # best may have fallen since g was queued
+                        stats.pruned += 1
+                        continue
                     entry2 = (cost2, seq) + entry2[2:]
                     if cost2 < best_cost - 1e-12:
                         best, best_cost = entry2, cost2
@@ -212,7 +216,7 @@ def _site_cost(rewrites, g, st, builder, limit, stats) -> Optional[float]:
 
 
 def _merge_on(rewrites, merges, g, sites, st, builder, eligible, limit, stats, table, radius, sites_of, looked,
-              cap) -> list:
+              cap, deadline) -> list:
     """Merges of the op a merge at ``st`` created with a further sibling that make the two together
     cheaper than ``g``: queue entries (cost, None, child, rewrite index, ops, binding) on the built
     child, whose sites are recorded in ``sites_of``.
@@ -223,13 +227,14 @@ def _merge_on(rewrites, merges, g, sites, st, builder, eligible, limit, stats, t
     by cost, that first step waits behind every neutral rewrite of the window, which a small budget
     never gets through. So a merge that does not pay is followed at once by the merges of the op it
     created, and a pair that pays is queued as the two rewrites it is; the child in between is
-    queued as usual too. Each child is looked past once (``looked``: the window's, keyed by graph),
-    and at most ``cap`` children a window: with many siblings whose merges never pay (an RNN's gate
+    queued as usual too (not past the deadline). Each child is looked past once (``looked``: the
+    window's, keyed by graph), and at most ``cap`` children a window: with many siblings whose merges never pay (an RNN's gate
     projections under onnxruntime's measured costs) the look would otherwise cost more than the
     search."""
     ri, ops, _bkey, b, _costs = st
     rw = rewrites[ri]
-    if len(looked) >= cap or not _more_siblings(g, ops) or T.check_global(rw, g, ops, b) is not None:
+    if len(looked) >= cap or time.monotonic() >= deadline or not _more_siblings(g, ops) \
+            or T.check_global(rw, g, ops, b) is not None:
         return []
     c = T.rewrite(rw, g, ops, b, builder)
     if c.key in looked:

@@ -25,7 +25,9 @@ def test_proof():
     import z3
 
     result, cases = LL.prove()
-    assert result == z3.unsat and cases > 1000
+    assert result == z3.unsat, cases
+    # each family is checked on many cases (the residual ones alone would pass a total)
+    assert cases["transpose"] > 500 and cases["reshape"] > 300 and cases["residual"] > 500, cases
 
 
 def test_the_proof_fails_on_a_wrong_plan(monkeypatch):
@@ -34,7 +36,7 @@ def test_the_proof_fails_on_a_wrong_plan(monkeypatch):
 
     monkeypatch.setattr(LL, "transpose_plan", lambda shape, axis, sizes, perm: ([shape[p] for p in perm], axis, sizes))
     result, case = LL.prove(max_rank=2, max_dim=3)
-    assert result == z3.sat and case[0] == "transpose"
+    assert result == z3.sat and case[0].startswith("transpose")  # by shape or by Z3
 
 
 def test_the_proof_fails_on_a_wrong_reshape_plan(monkeypatch):
@@ -51,7 +53,7 @@ def test_the_proof_fails_on_a_wrong_reshape_plan(monkeypatch):
         return whole, j + 1, new
     monkeypatch.setattr(LL, "reshape_plan", wrong)
     result, case = LL.prove(max_rank=2, max_dim=3)
-    assert result != z3.unsat and case[0] == "reshape"
+    assert result != z3.unsat and case[0].startswith("reshape")
 
 
 def test_the_proof_fails_on_a_wrong_residual(monkeypatch):
@@ -60,6 +62,16 @@ def test_the_proof_fails_on_a_wrong_residual(monkeypatch):
     monkeypatch.setattr(LL, "residual_perm", lambda lifted, perm: list(perm))
     result, case = LL.prove(max_rank=2, max_dim=2)
     assert result == z3.sat and case[0].startswith("residual")
+
+
+def test_z3_itself_refutes_a_wrong_residual_where_the_shapes_agree(monkeypatch):
+    """On a cube every perm gives the same shape, so only the element check can refute."""
+    import z3
+
+    monkeypatch.setattr(LL, "_layouts", lambda max_rank, max_dim: iter([(2, 2, 2)]))
+    monkeypatch.setattr(LL, "residual_perm", lambda lifted, perm: list(perm))
+    result, case = LL.prove()
+    assert result == z3.sat and case[0] == "residual", case
 
 
 @pytest.mark.parametrize("shape, axis, sizes, targets, plan", [
@@ -147,8 +159,9 @@ def test_a_piece_transposed_otherwise_keeps_a_residual_transpose():
     _same(before, after)
 
 
-def test_all_perms_different_lift_nothing():
-    """No perm is shared: lifting one leaves two residual transposes and a split, no gain."""
+def test_all_perms_different_lift_no_transpose():
+    """No perm is shared: lifting one leaves two residual transposes and a split, no gain (the reshapes
+    before them lift)."""
     names, got, before, after = _run(_heads(perms=((0, 2, 1, 3), (0, 2, 3, 1), (0, 1, 3, 2))))
     assert got == (0, 3) and names.count("taso.transpose") == 3
     _same(before, after)
@@ -166,6 +179,21 @@ def test_another_use_of_a_piece_keeps_the_old_split_and_the_cost_decides():
     transposes, on reshapes, not on pieces, stay too)."""
     names, got, before, after = _run(_heads(extra_use=True))
     assert got == (0, 0) and names.count("taso.split") == 1
+    _same(before, after)
+
+
+def test_the_old_split_stays_for_another_use_and_the_transposes_still_lift():
+    """Pieces of a 4-D split transposed alike, piece 0 also returned: the old split stays for it, and one
+    transpose of the whole and a new split (two launches) still beat three transposes."""
+    seg = "resultSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>"
+    piece, tp = "tensor<1x8x4x4xf32>", "tensor<1x4x8x4xf32>"
+    body = [f'%s:3 = "taso.split"(%x) {{axis = 2 : i64, sizes = array<i64: 4, 4, 4>, {seg}}} : '
+            f'(tensor<1x8x12x4xf32>) -> ({piece}, {piece}, {piece})']
+    body += [f'%t{i} = "taso.transpose"(%s#{i}) {{perm = array<i64: 0, 2, 1, 3>}} : ({piece}) -> {tp}' for i in range(3)]
+    text = (f"func.func @f(%x: tensor<1x8x12x4xf32>) -> ({tp}, {tp}, {tp}, {piece}) {{\n  " + "\n  ".join(body)
+            + f"\n  return %t0, %t1, %t2, %s#0 : {tp}, {tp}, {tp}, {piece}\n}}\n")
+    names, got, before, after = _run(text)
+    assert got == (0, 3) and names.count("taso.transpose") == 1 and names.count("taso.split") == 2, names
     _same(before, after)
 
 
@@ -197,7 +225,7 @@ func.func @f(%x: tensor<8x16xf32>) -> (tensor<2x4x16xf32>, tensor<8x16xf32>) {
 """
     names, got, before, after = _run(text)
     # %b reads %x directly (%a goes); %c reads %x and is a reshape to %x's own type (it goes)
-    assert got[0] == 3 and names.count("taso.reshape") == 1, names
+    assert got[0] == 2 and names.count("taso.reshape") == 1, names
     _same(before, after)
 
 
@@ -220,3 +248,20 @@ def test_bert_layer_end_to_end_in_onnxruntime(tmp_path):
                          else np.ones(shape, dtype=np.int64))
     for ya, yb in zip(sess_a.run(None, feeds), sess_b.run(None, feeds)):
         np.testing.assert_allclose(yb, ya, rtol=1e-5, atol=1e-5)
+
+
+def test_a_chain_back_to_its_source_goes_entirely():
+    """reshape(reshape(x)) back to x's type, the inner one used only there: both go (the inner one is
+    erased before the outer one is found to be the identity; a torch-exported nn.TransformerEncoder has
+    this)."""
+    text = """
+func.func @f(%x: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  %a = "taso.reshape"(%x) {shape = array<i64: 128>} : (tensor<8x16xf32>) -> tensor<128xf32>
+  %b = "taso.reshape"(%a) {shape = array<i64: 8, 16>} : (tensor<128xf32>) -> tensor<8x16xf32>
+  %d = "taso.relu"(%b) : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %d : tensor<8x16xf32>
+}
+"""
+    names, got, before, after = _run(text)
+    assert got[0] == 1 and "taso.reshape" not in names, names
+    _same(before, after)

@@ -571,6 +571,7 @@ def test_a_merge_that_does_not_pay_is_followed_by_the_next():
     out, rep = run_search(_siblings(3), budget=1)
     fr = rep["functions"][0]
     assert fr["rewrites_applied"] == 2 and fr["cost_after_ms"] < fr["cost_before_ms"], fr
+    assert fr["merge_children_built"] >= 1 and fr["merge_pairs_queued"] >= 1, fr
     assert out.count('"taso.matmul"') == 1 and out.count('"taso.split"') == 1
 
 
@@ -578,4 +579,5 @@ def test_no_lookahead_without_a_third_sibling():
     """Two siblings: the merge does not pay and there is nothing to merge next, so nothing is done."""
     _out, rep = run_search(_siblings(2), budget=1)
     fr = rep["functions"][0]
+    assert fr["merge_children_built"] == 0, fr  # not even looked past
     assert fr["rewrites_applied"] == 0 and fr["cost_after_ms"] == fr["cost_before_ms"], fr
