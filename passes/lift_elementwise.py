@@ -15,8 +15,9 @@ the pieces of ``Y`` come out in ``X``'s order.
 
 Each lift happens only where the cost model says the op on the whole and its split cost less than the
 ops on the pieces and the splits that nothing else uses (they go with the ops: then even one op on one
-piece pair can lift, its two splits and it becoming one op and one split). ``taso-search`` runs this after the search, on the function as written (split trees
-fused), until nothing more lifts: a lifted ``ewadd``'s pieces can lift the activations on them.
+piece pair can lift, its two splits and it becoming one op and one split). ``taso-search`` runs this
+after the search, on the function as written (split trees fused), until nothing more lifts: a lifted
+``ewadd``'s pieces can lift the activations on them.
 ``prove()`` checks both identities (lifting, alignment) with Z3; ``test/unit/test_lift_elementwise.py`` tests the pass
 against the reference semantics and in onnxruntime.
 """

@@ -280,7 +280,8 @@ def prove(max_rank: int = 3, max_dim: int = 3, max_target_rank: int = 3):
                 m = [z3.Int(f"m{d}") for d in range(len(out))]
                 if [mid[q] for q in r] != out:
                     return z3.sat, ("residual shape", shape, lifted, perm)
-                res = check(m, out, _flat(transposed(transposed(m, r), lifted), shape), _flat(transposed(m, perm), shape))
+                res = check(m, out, _flat(transposed(transposed(m, r), lifted), shape),
+                            _flat(transposed(m, perm), shape))
                 cases["residual"] += 1
                 if res != z3.unsat:
                     return res, ("residual", shape, lifted, perm)

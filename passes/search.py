@@ -228,9 +228,9 @@ def _merge_on(rewrites, merges, g, sites, st, builder, eligible, limit, stats, t
     never gets through. So a merge that does not pay is followed at once by the merges of the op it
     created, and a pair that pays is queued as the two rewrites it is; the child in between is
     queued as usual too (not past the deadline). Each child is looked past once (``looked``: the
-    window's, keyed by graph), and at most ``cap`` children a window: with many siblings whose merges never pay (an RNN's gate
-    projections under onnxruntime's measured costs) the look would otherwise cost more than the
-    search."""
+    window's, keyed by graph), and at most ``cap`` children a window: with many siblings whose
+    merges never pay (an RNN's gate projections under onnxruntime's measured costs) the look would
+    otherwise cost more than the search."""
     ri, ops, _bkey, b, _costs = st
     rw = rewrites[ri]
     if len(looked) >= cap or time.monotonic() >= deadline or not _more_siblings(g, ops) \
