@@ -122,7 +122,7 @@ def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats
     (``T.child_sites``); the window's first graph is matched in full."""
     best_cost = g0.cost
     best = g0  # a graph, or the queue entry of the best child
-    merges = [any(op.name == "split" for op in rw.dst.ops) for rw in rewrites]
+    merges = [introduces_split(rw) for rw in rewrites]
     looked: set = set()  # keys of the children built to look past a merge (at most budget / 2)
     seen = {g0.key}  # keys of the graphs popped
     heap = [(g0.cost, 0, None, -1, (), None)]
@@ -197,6 +197,13 @@ def _search_window(g0, rewrites, builder, opts, eligible, limit, deadline, stats
         return best
     _cost, _seq, p, ri, ops, b = best
     return T.rewrite(rewrites[ri], p, ops, b, builder).graph()
+
+
+def introduces_split(rw: RB.Rewrite) -> bool:
+    """The rewrite's target splits a computed tensor: a merge of sibling ops, whose gain depends on
+    the data layouts around the split (which per-op costs do not see) and, merging two at a time, on
+    the next merge (``_merge_on``)."""
+    return any(op.name == "split" for op in rw.dst.ops)
 
 
 def _site_cost(rewrites, g, st, builder, limit, stats) -> Optional[float]:
@@ -285,4 +292,4 @@ def usable_rewrites(rewrites: list) -> list:
     return [rw for rw in rewrites if not rw.why_not_emitted]
 
 
-__all__ = ["Options", "Stats", "search", "applied_counts", "usable_rewrites", "RB"]
+__all__ = ["Options", "Stats", "search", "introduces_split", "applied_counts", "usable_rewrites", "RB"]

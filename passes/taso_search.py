@@ -180,12 +180,6 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     }
 
 
-def introduces_split(rw: RB.Rewrite) -> bool:
-    """The rewrite's target splits a computed tensor: a merge of sibling ops, whose gain depends on
-    the data layouts around the split, which per-op costs do not see."""
-    return any(op.name == "split" for op in rw.dst.ops)
-
-
 #: what a function's report counts of the changes made to it (zero where the input is kept)
 _CHANGE_COUNTS = ("batchnorms_folded", "weights_folded", "identities_dropped", "splits_fused", "concats_fused",
                   "matmuls_flattened", "matmuls_unflattened", "matmul_biases_fused", "elementwise_lifted",
@@ -252,7 +246,7 @@ def _run_checked(module_op, f, rws, by_id, builder, sopts, replayer, opts) -> di
         return g
 
     f = restore()
-    no_splits = [rw for rw in rws if not introduces_split(rw)]
+    no_splits = [rw for rw in rws if not S.introduces_split(rw)]
     fr2 = _run_function(f, no_splits, by_id, builder, sopts, replayer, opts)
     if _changed(fr2):
         try:
