@@ -106,6 +106,30 @@ def _sig(kind: str, attrs: dict, ins: list, outs: list, dtype: str, weights: tup
                  tuple(tuple(s) for s in outs), dtype, False, weights)
 
 
+def split_cost(cost_model, split: ir.Operation) -> float:
+    """What ``cost_model`` charges for the ``taso.split`` op ``split``."""
+    a = taso_attrs(split)
+    return cost_model.cost(_sig("split", {"axis": a["axis"], "sizes": list(a["sizes"])}, [_shape(split.operands[0])],
+                                [_shape(r) for r in split.results], str(elem_type(split.operands[0])), (False,)))
+
+
+def goes_with(split: ir.Operation, ops: list) -> bool:
+    """Nothing but ``ops`` uses ``split``'s results: lifting them removes it too."""
+    return all(any(_user(u) == op for op in ops) for r in split.results for u in r.uses)
+
+
+def lift_until_done(block: ir.Block, lift_at) -> None:
+    """Call ``lift_at(split)`` on the static ``taso.split`` ops of ``block``, in order, from the start
+    again after each one that lifted (returned True), until none does."""
+    while True:
+        for o in list(block.operations):
+            op = o.operation
+            if op.name == "taso.split" and _shape(op.operands[0]) is not None and lift_at(op):
+                break
+        else:
+            return
+
+
 class _Lifter:
     def __init__(self, f: ir.Operation, cost_model):
         self.block = f.regions[0].blocks[0]
@@ -114,10 +138,6 @@ class _Lifter:
         self.permuted = 0
 
     # ---- costs ----
-    def _split_cost(self, split: ir.Operation) -> float:
-        a = taso_attrs(split)
-        return self.cm.cost(_sig("split", {"axis": a["axis"], "sizes": a["sizes"]}, [_shape(split.operands[0])],
-                                 [_shape(r) for r in split.results], str(elem_type(split.operands[0])), (False,)))
 
     def _gains(self, kind: str, split: ir.Operation, pieces: list, n_operands: int, ops: list = (),
                splits: tuple = ()) -> bool:
@@ -130,9 +150,8 @@ class _Lifter:
         pshapes = [_shape(r) for r in split.results]
         w = (False,) * n_operands
         old = sum(self.cm.cost(_sig(kind, {}, [pshapes[i]] * n_operands, [pshapes[i]], dtype, w)) for i in pieces)
-        old += sum(self._split_cost(s) for s in splits
-                   if all(any(_user(u) == op for op in ops) for r in s.results for u in r.uses))
-        new = self.cm.cost(_sig(kind, {}, [whole] * n_operands, [whole], dtype, w)) + self._split_cost(split)
+        old += sum(split_cost(self.cm, s) for s in splits if goes_with(s, ops))
+        new = self.cm.cost(_sig(kind, {}, [whole] * n_operands, [whole], dtype, w)) + split_cost(self.cm, split)
         return new < old
 
     # ---- the rewrite ----
@@ -272,14 +291,7 @@ class _Lifter:
         # Ends: each lift removes ops on split pieces, and a matmul is permuted at most once per pass (its
         # weight operand becomes a weight-only concat, which is folded only after the pass, and
         # ``_permute_to`` permutes only a ``taso.weight``). Folding inside this loop would break that.
-        while True:
-            for o in list(self.block.operations):
-                op = o.operation
-                if op.name == "taso.split" and _shape(op.operands[0]) is not None and (
-                        self._unary(op) or self._binary(op)):
-                    break
-            else:
-                return
+        lift_until_done(self.block, lambda split: self._unary(split) or self._binary(split))
 
 
 def lift_elementwise(f: ir.Operation, cost_model) -> tuple[int, int]:

@@ -40,7 +40,7 @@ from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import create_taso_op, elem_type, taso_attrs
 
 from .flatten_matmul import _owner, _shape, _tensor, _user
-from .lift_elementwise import _sig
+from .lift_elementwise import _sig, goes_with, lift_until_done, split_cost
 
 
 def reshape_plan(shape: list, axis: int, sizes: list, targets: list) -> Optional[tuple[list, int, list]]:
@@ -137,7 +137,6 @@ class _Lifter:
         attrs, (whole, axis, sizes), residual = plan
         x = split.operands[0]
         dtype = str(elem_type(x))
-        a = taso_attrs(split)
         xs = _shape(x)
         pieces = [_shape(r) for r in split.results]
         outs = [_shape(group[i].results[0]) for i in range(len(pieces))]
@@ -145,10 +144,8 @@ class _Lifter:
             (lambda op: {"shape": _shape(op.results[0])})
         old = sum(self.cm.cost(_sig(kind, own(op), [pieces[i]], [outs[i]], dtype, (False,)))
                   for i, op in group.items())
-        ops = list(group.values())
-        if all(any(_user(u) == op for op in ops) for r in split.results for u in r.uses):  # the old split goes too
-            old += self.cm.cost(_sig("split", {"axis": a["axis"], "sizes": list(a["sizes"])}, [xs], pieces, dtype,
-                                     (False,)))
+        if goes_with(split, list(group.values())):
+            old += split_cost(self.cm, split)
         new_pieces = [_piece(whole, axis, n) for n in sizes]
         new = (self.cm.cost(_sig(kind, attrs, [xs], [whole], dtype, (False,)))
                + self.cm.cost(_sig("split", {"axis": axis, "sizes": sizes}, [whole], new_pieces, dtype, (False,)))
@@ -189,13 +186,7 @@ class _Lifter:
     def run(self) -> None:
         # Ends: a lift replaces ops by ops the cost model says cost less in all (what it adds, residual
         # transposes included, against what it removes), so each lowers the function's cost.
-        while True:
-            for o in list(self.block.operations):
-                op = o.operation
-                if op.name == "taso.split" and _shape(op.operands[0]) is not None and self._try(op):
-                    break
-            else:
-                return
+        lift_until_done(self.block, self._try)
 
 
 def lift_layout(f: ir.Operation, cost_model) -> tuple[int, int]:
