@@ -19,7 +19,7 @@ from taso_mlir.passes.cost import CostModel, get_cost_model
 from taso_mlir.passes.lift_elementwise import lift_elementwise, prove
 from taso_mlir.passes.taso_search import fold_weights
 from taso_mlir.dialect.ops import function_dce
-from unit_helpers import run_function
+from unit_helpers import run_function, run_pass
 
 
 def test_proof():
@@ -69,20 +69,11 @@ def _gates(pairs, extra_use=False, piece=8, n=4, k=6, matmul_first=False, keep_p
 
 def _run(text, cost_model=None):
     """(ops by name after the pass, (lifted, permuted), reference outputs before, after)."""
-    ctx = make_context()
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(text)
-        f = m.body.operations[0].operation
-        rng = np.random.default_rng(1)
-        args = [rng.standard_normal(ir.RankedTensorType(a.type).shape) for a in f.regions[0].blocks[0].arguments]
-        before = run_function(f, args)
+    def apply(f):
         got = lift_elementwise(f, cost_model or get_cost_model("analytic"))
-        fold_weights(f)
-        function_dce(f)
-        assert f.verify()
-        after = run_function(f, args)
-        names = [o.operation.name for o in f.regions[0].blocks[0].operations]
-    return names, got, before, after
+        fold_weights(f)  # the permuted weights
+        return got
+    return run_pass(text, apply)
 
 
 def _same(before, after):

@@ -14,11 +14,9 @@ import onnxruntime as ort
 import pytest
 
 from taso_mlir.benchmarks.suite import build_bert
-from taso_mlir.dialect.mlir import ir, make_context
-from taso_mlir.dialect.ops import function_dce
 from taso_mlir.passes import lift_layout as LL
 from taso_mlir.passes.cost import CostModel, get_cost_model, nbytes
-from unit_helpers import run_function
+from unit_helpers import run_pass
 
 
 def test_proof():
@@ -122,19 +120,7 @@ def _heads(perms=((0, 2, 1, 3),) * 3, skip_reshape=None, extra_use=False):
 
 def _run(text, cost_model=None):
     """(ops by name after the pass, (reshapes composed, ops lifted), reference outputs before, after)."""
-    ctx = make_context()
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(text)
-        f = m.body.operations[0].operation
-        rng = np.random.default_rng(1)
-        args = [rng.standard_normal(ir.RankedTensorType(a.type).shape) for a in f.regions[0].blocks[0].arguments]
-        before = run_function(f, args)
-        got = LL.lift_layout(f, cost_model or get_cost_model("analytic"))
-        function_dce(f)
-        assert f.verify()
-        after = run_function(f, args)
-        names = [o.operation.name for o in f.regions[0].blocks[0].operations]
-    return names, got, before, after
+    return run_pass(text, lambda f: LL.lift_layout(f, cost_model or get_cost_model("analytic")))
 
 
 def _same(before, after):

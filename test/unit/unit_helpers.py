@@ -31,6 +31,27 @@ def run_function(fop, inputs: list) -> list:
     raise AssertionError("no return")
 
 
+def run_pass(text: str, apply) -> tuple:
+    """Parse the one function of ``text``, evaluate it on seeded random inputs, call ``apply(f)`` on it
+    (a function pass), remove dead ops, verify it and evaluate it again. Returns (op names after,
+    ``apply``'s result, outputs before, outputs after)."""
+    from taso_mlir.dialect.mlir import make_context
+    from taso_mlir.dialect.ops import function_dce
+
+    with make_context(), ir.Location.unknown():
+        m = ir.Module.parse(text)
+        f = m.body.operations[0].operation
+        rng = np.random.default_rng(1)
+        args = [rng.standard_normal(ir.RankedTensorType(a.type).shape) for a in f.regions[0].blocks[0].arguments]
+        before = run_function(f, args)
+        got = apply(f)
+        function_dce(f)
+        assert f.verify()
+        after = run_function(f, args)
+        names = [o.operation.name for o in f.regions[0].blocks[0].operations]
+    return names, got, before, after
+
+
 def assert_same_in_onnxruntime(src, out, feeds: dict, rtol: float, atol: float) -> None:
     """The ONNX models at paths ``src`` and ``out`` give the same outputs on ``feeds`` in onnxruntime."""
     import onnxruntime as ort
