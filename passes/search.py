@@ -216,7 +216,7 @@ def _site_cost(rewrites, g, st, builder, limit, stats) -> Optional[float]:
         return None
     if costs == 0:
         costs = st[4] = T.target_info(rw, g, ops, b, builder)
-    costs = T.info_costs(rw, g, ops, b, costs)
+    costs = T.info_costs(rw, g, ops, b, costs, builder)
     if costs is None:  # the rewrite changes other ops' costs: build it to know its cost
         return T.rewrite(rw, g, ops, b, builder).cost
     return T.rewrite_cost(g, ops, costs)

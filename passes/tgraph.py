@@ -753,7 +753,8 @@ def target_info(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder)
     change too, and only ``rewrite`` knows them) or where a target op is a split of a split's piece
     on the same axis (its cost depends on the piece's other uses, ``_split_tree_costs``), else (the
     costs of the target ops in order, the positions of the mapped outputs whose old or new producer
-    is a split: a split using such a value can change cost, see ``Builder.node``). Memoized by the
+    is a split, with those splits' axes: a split on such an axis using such a value can change
+    cost, see ``Builder.node``). Memoized by the
     rewrite, the variables' shapes, weight flags and producers' split axes (``b`` in variable
     order), the element type and the matched ops' weight flags: for a site of a graph it holds in
     every graph the site is inherited by. The key includes the site's stride where the rule's is
@@ -773,8 +774,13 @@ def target_info(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder)
         nested = builder.split_trees and any(
             split_axis(n) is not None and split_axis(nodes[n.operands[0][0]]) == split_axis(n) for n in changes.values())
         if all(new.weight == old.weight for new, old in pairs) and not nested:
-            moved = tuple(i for i, (new, old) in enumerate(pairs)
-                          if split_axis(new) is not None or split_axis(old) is not None)
+            # where a mapped output's old or new producer is a split: (output position, the axes of
+            # those splits, the target op and result it maps to (None: a variable), the new
+            # producer's split axis, the target ops' uses of it)
+            moved = tuple((i, axes, G.parse_ref(rd), split_axis(new),
+                           sum(r == rd for rop in rw.dst.ops for r in rop.operands))
+                          for i, ((new, old), rd) in enumerate(zip(pairs, rw.dst.outputs))
+                          for axes in [frozenset((split_axis(new), split_axis(old))) - {None}] if axes)
             # the target ops on variables alone: only they can equal an op of the graph (``_twin``)
             leaves = tuple((n.kind, n.attrs, tuple(rop.operands)) for n, rop in zip(changes.values(), rw.dst.ops)
                            if rop.operands and all(r in b for r in rop.operands))
@@ -785,12 +791,19 @@ def target_info(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder)
     return hit
 
 
-def info_costs(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, info: Optional[tuple]) -> Optional[tuple]:
-    """The target ops' costs from ``target_info``'s answer in g, or None where the rewrite changes the
-    cost of a user it does not build (a weight flag changes, a split uses a mapped output whose old
-    or new producer is a split, or a split of a variable's piece on its producer's axis, whose other
-    uses change) or a target op is an op g has (``_twin``: it costs nothing new, and what uses it
-    changes)."""
+def info_costs(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, info: Optional[tuple],
+               builder: Builder) -> Optional[tuple]:
+    """(the target ops' costs, the changes of other ops' costs in the order ``rewrite`` adds them)
+    from ``target_info``'s answer in g, or None where the rewrite changes the cost of an op it does
+    not build in a way only ``rewrite`` works out (a weight flag changes, a split of a variable's
+    piece on its producer's axis, whose other uses change; a split on the axis of a mapped output's
+    producer where the output maps to a variable or to a target op another output maps to) or a
+    target op is an op g has (``_twin``: it costs nothing new, and what uses it changes).
+
+    The changes it works out: a split using a mapped output whose old or new producer is a split
+    on its axis. Rewired to the new producer it costs 0 where that is a split on its axis
+    (``Builder.node``), else its own cost; then, as part of the new split's tree, its own cost
+    again where the piece has another use or is an output (``_split_tree_costs``)."""
     if info is None:
         return None
     costs, moved, leaves = info
@@ -802,29 +815,51 @@ def info_costs(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, info: Optional[tup
         ax = split_axis(gn[v[0]])
         if ax is not None and any(u is not None and u not in ops and split_axis(gn[u]) == ax for u in uses.get(v, ())):
             return None
-    if moved:
-        for i in moved:
-            p = G.parse_ref(rw.src.outputs[i])
-            if any(u is not None and gn[u].kind == "split" for u in uses.get((ops[p[0]], p[1]), ())):
-                return None
-    return costs
+    rewired: list = []  # cost changes as the users are rewired, in ``rewrite``'s order
+    tree: list = []  # (new value, user, cost change) as the new split trees are costed
+    targets = set()
+    for i, axes, target, new_axis, inner in moved:
+        p = G.parse_ref(rw.src.outputs[i])
+        old = (ops[p[0]], p[1])
+        users = [u for u in uses.get(old, ()) if u is not None and u not in ops]
+        splits = [u for u in users if split_axis(gn[u]) in axes]
+        if not splits:
+            continue
+        if target is None or target in targets:
+            return None
+        targets.add(target)
+        new = (g.next_id + target[0], target[1])  # no twins: target op k is node next_id + k
+        alone = len(users) + inner == 1 and old not in g.outputs
+        for u in splits:
+            n = gn[u]
+            own = builder.cost(n.kind, n.attrs, [gn[v[0]] for v in n.operands], n.operands, n.shapes, n.dtype,
+                               n.weight)
+            in_tree = builder.split_trees and new_axis == split_axis(n)
+            first = 0.0 if in_tree else own
+            if first != n.cost:
+                rewired.append(first - n.cost)
+            if in_tree and not alone:
+                tree.append((new, u, own - first))
+    return costs, tuple(rewired) + tuple(d for _v, _u, d in sorted(tree))
 
 
 def target_costs(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> Optional[tuple]:
-    """The costs of the target ops ``rewrite(rw, g, ops, b)`` makes, in order, or None where the
-    rewrite also changes the cost of other ops (``info_costs``)."""
-    return info_costs(rw, g, ops, b, target_info(rw, g, ops, b, builder))
+    """``info_costs`` of the rewrite ``rewrite(rw, g, ops, b)``, computed without building it."""
+    return info_costs(rw, g, ops, b, target_info(rw, g, ops, b, builder), builder)
 
 
-def rewrite_cost(g: TGraph, ops: list, costs: tuple) -> float:
-    """The cost of the rewrite of g at ops whose target ops cost ``costs`` (``target_costs``), without
-    building it: the same sum in the same order as ``rewrite``, so the same float."""
+def rewrite_cost(g: TGraph, ops: list, info: tuple) -> float:
+    """The cost of the rewrite of g at ops from its ``target_costs``, without building it: the same
+    sum in the same order as ``rewrite``, so the same float."""
     gn = g.nodes
     cost = g.cost
+    costs, changes = info
     for c in costs:
         cost += c
     for m in ops:
         cost -= gn[m].cost
+    for c in changes:
+        cost += c
     return cost
 
 
