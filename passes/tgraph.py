@@ -946,6 +946,7 @@ def rewrite(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, builder: Builder) -> 
 
 def from_function(func_op, builder: Builder) -> tuple[TGraph, list]:
     """The graph of a func.func body; also the list of MLIR ops by node id (arguments: None)."""
+    from taso_mlir.dialect.mlir import ir
     from taso_mlir.dialect.ops import elem_type, shape_of, taso_attrs
 
     block = func_op.regions[0].blocks[0]
@@ -984,7 +985,9 @@ def from_function(func_op, builder: Builder) -> tuple[TGraph, list]:
         else:
             kind, attrs = "other:" + op.name, ()
         shapes = tuple(shape_of(r) for r in op.results)
-        dtype = str(elem_type(op.results[0])) if len(op.results) else ""
+        # (an omitted optional operand, ``onnx.NoValue``, is of type none)
+        dtype = str(elem_type(op.results[0])) if len(op.results) and isinstance(op.results[0].type, ir.ShapedType) \
+            else ""
         n = builder.node(nodes, kind, attrs, operands, shapes, dtype, name=_h(("o", nid)))
         nodes[nid] = n
         key = (key + n.contrib) & MASK
