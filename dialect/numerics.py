@@ -29,16 +29,22 @@ _ORT_TYPES = {
 }
 
 
-def random_feeds(session, rng: np.random.Generator) -> dict:
+def random_feeds(session, rng: np.random.Generator, like=None) -> dict:
+    """Random inputs for ``session``'s model. A dimension it leaves open takes the size the same input
+    has in ``like``'s model (a session of the model made static with ``--input-shape``), else 1."""
     from .ops import _max_materialize_bytes
 
+    fixed = {i.name: i.shape for i in like.get_inputs()} if like is not None else {}
     feeds = {}
     total = 0
     for i in session.get_inputs():
         dt = _ORT_TYPES.get(i.type)
         if dt is None:
             raise TasoError(f"cannot make a random input for '{i.name}' of type {i.type}")
-        shape = [d if isinstance(d, int) else 1 for d in i.shape]
+        other = fixed.get(i.name)
+        if other is None or len(other) != len(i.shape):
+            other = i.shape
+        shape = [d if isinstance(d, int) else (o if isinstance(o, int) else 1) for d, o in zip(i.shape, other)]
         total += int(np.prod(shape, dtype=object)) * 8  # (drawn in float64 / int64, then cast)
         if total > _max_materialize_bytes() // 4:
             raise TasoError(f"random inputs for the model (input '{i.name}' of shape {shape}) would take "
@@ -73,7 +79,7 @@ def compare_models(a: onnx.ModelProto, b: onnx.ModelProto, trials: int = 2, seed
     rng = np.random.default_rng(seed)
     max_abs, scale = 0.0, 1.0
     for _ in range(trials):
-        feeds = random_feeds(sa, rng)
+        feeds = random_feeds(sa, rng, like=sb)
         try:
             ra = sa.run(None, feeds)
         except Exception as e:
