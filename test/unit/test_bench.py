@@ -360,8 +360,11 @@ def test_cpu_cost_model_reports_the_latency_check(capsys, tmp_path, monkeypatch)
     m = json.loads((tmp_path / "o" / "results.json").read_text())["models"][0]
     assert m["status"] == "ok" and m["cost"]["model"] == "cpu"
     checks = m["cost"]["latency_check"]
-    assert m["cost"]["rewrites_applied"] > 0 and len(checks) == 1, m["cost"]
+    assert len(checks) == 1, m["cost"]
     assert checks[0]["kept"] in ("search result", "search without splits", "input")
+    # a search result was timed; where the check kept the input (a noisy machine can time it slower), the
+    # report counts no rewrite
+    assert (m["cost"]["rewrites_applied"] > 0) == (checks[0]["kept"] != "input"), m["cost"]
     assert checks[0]["tried"] and all(t["speedup"] > 0 for t in checks[0]["tried"])
     md = (tmp_path / "o" / "report.md").read_text()
     assert "taso-search's latency check" in md and f"kept: {checks[0]['kept']}" in md
