@@ -35,7 +35,9 @@ from .identities import drop_identities
 from .lift_elementwise import lift_elementwise
 from .lift_layout import lift_layout
 from .matmul_bias import fuse_matmul_bias
+from .raise_generic import gathers_to_split, views_to_reshapes
 from .fold_batchnorm import fold_function
+from .fold_generic import fold_generic
 
 _REWRITES: dict = {}
 #: the report of the last run in this process (taso-bench reads it)
@@ -111,14 +113,24 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     if bn_folded:
         g0, mops = T.from_function(f, builder)
     g_bn = g0
-    # weight-only ops folded now, so that identities they reveal (x + a folded zero) go before the search
-    pre_folded = fold_weights(f)
-    identities = drop_identities(f) if pre_folded else 0
-    if pre_folded:
+    # constants the generic ops compute (from static shapes, from weights) and the weight-only ops folded
+    # now, so that identities they reveal (x + a folded zero) go before the search
+    generic_folded = pre_folded = 0
+    while True:  # (a generic op can use a taso op's folded result, and the other way round)
+        g_n = fold_generic(f, FOLDED_PREFIX, _weight_names(f))
+        t_n = fold_weights(f)
+        generic_folded, pre_folded = generic_folded + g_n, pre_folded + t_n
+        if not (g_n or t_n):
+            break
+        function_dce(f)  # (the taso ops folded are dead, and would be folded again)
+    identities = drop_identities(f) if pre_folded or generic_folded else 0
+    if pre_folded or generic_folded:
         function_dce(f)
+    views = views_to_reshapes(f)
+    gathers = gathers_to_split(f)
     biases = fuse_matmul_bias(f, builder.cost_model)
     flattened = flatten_shared_matmuls(f)
-    if pre_folded or flattened or biases:
+    if pre_folded or generic_folded or views or gathers or flattened or biases:
         g0, mops = T.from_function(f, builder)
     tick = time.monotonic()
 
@@ -171,7 +183,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "merge_children_built": stats.lookahead_built,
         "windows": stats.windows, "windows_skipped": stats.windows_skipped, "timed_out": stats.timed_out,
         "rejected_sites": dict(stats.rejected.most_common(8)),
-        "weights_folded": pre_folded + folded, "identities_dropped": identities, "splits_fused": splits_fused,
+        "weights_folded": pre_folded + folded, "generic_folded": generic_folded, "views_raised": views, "gathers_raised": gathers, "identities_dropped": identities, "splits_fused": splits_fused,
         "concats_fused": concats_fused,
         "matmuls_flattened": flattened, "matmuls_unflattened": unflattened, "matmul_biases_fused": biases,
         "elementwise_lifted": lifted, "weights_permuted": permuted, "weights_merged": merged,
@@ -181,7 +193,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
 
 
 #: what a function's report counts of the changes made to it (zero where the input is kept)
-_CHANGE_COUNTS = ("batchnorms_folded", "weights_folded", "identities_dropped", "splits_fused", "concats_fused",
+_CHANGE_COUNTS = ("batchnorms_folded", "weights_folded", "generic_folded", "views_raised", "gathers_raised", "identities_dropped", "splits_fused", "concats_fused",
                   "matmuls_flattened", "matmuls_unflattened", "matmul_biases_fused", "elementwise_lifted",
                   "weights_permuted", "weights_merged", "reshapes_composed", "layout_lifted")
 #: of those, the ones that change nothing by themselves: matmuls flattened for the search, and restored
@@ -296,16 +308,18 @@ def replay(f: ir.Operation, best: T.TGraph, mops: list, replayer: P.Replayer, by
 FOLDED_PREFIX = "taso_folded_"
 
 
+def _weight_names(f: ir.Operation) -> set:
+    return {ir.StringAttr(o.operation.attributes["name"]).value for o in f.regions[0].blocks[0].operations
+            if o.operation.name == "taso.weight"}
+
+
 def fold_weights(f: ir.Operation) -> int:
     """Replace every taso op whose operands are all weights or constants by a weight holding its
     value (computed with the reference semantics). Returns the number of ops folded."""
     block = f.regions[0].blocks[0]
-    names = set()
+    names = _weight_names(f)
     values: dict = {}  # ir.Value -> np.ndarray, for weight-like values
     ops = [o.operation for o in block.operations]
-    for op in ops:
-        if op.name == "taso.weight":
-            names.add(ir.StringAttr(op.attributes["name"]).value)
     folded = 0
     for op in ops:
         if not op.name.startswith("taso."):
@@ -491,6 +505,12 @@ def format_report(rep: dict) -> str:
         if fr.get("elementwise_lifted"):
             L.append(f"    {fr['elementwise_lifted']} elementwise ops on split pieces lifted to one op on the whole "
                      f"tensor each group ({fr['weights_permuted']} weights' column blocks permuted to align pieces)")
+        if fr.get("generic_folded"):
+            L.append(f"    {fr['generic_folded']} generic ONNX ops with constant results (shapes of static tensors, "
+                     f"ops on weights) folded into weights before the search")
+        if fr.get("views_raised") or fr.get("gathers_raised"):
+            L.append(f"    raised before the search: {fr.get('views_raised', 0)} Squeeze/Unsqueeze/Flatten to reshapes, "
+                     f"{fr.get('gathers_raised', 0)} Gathers of every index of an axis to splits")
         if fr.get("layout_lifted") or fr.get("reshapes_composed"):
             L.append(f"    {fr.get('layout_lifted', 0)} reshapes and transposes of split pieces lifted to one op on "
                      f"the whole tensor each split, {fr.get('reshapes_composed', 0)} reshape chains composed")

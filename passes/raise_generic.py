@@ -1,0 +1,184 @@
+"""Generic ONNX ops that are `taso` ops in disguise, raised before the search (the conversion keeps
+them as they are, so that a round trip gives back the input's operators).
+
+- ``views_to_reshapes``: ``Squeeze``, ``Unsqueeze`` and ``Flatten`` on static types only restate the
+  shape (the elements keep their order): ``taso.reshape``, which the rules and ``lift_layout``
+  compose and move (an ``Unsqueeze -> Transpose -> Squeeze`` chain, a ``Flatten`` before a matmul).
+- ``gathers_to_split``: gathers of every index of an axis, each at a constant index, become one
+  ``taso.split``. torch's ``nn.MultiheadAttention`` computes queries, keys and values with one
+  packed projection and takes them apart with ``unflatten -> transpose -> Gather(0), Gather(1),
+  Gather(2)`` (``unbind`` exports alike). Three generic ``Gather`` ops hide from the search and from
+  the layout lifting that the three tensors are the pieces of one: as a split (pieces of size 1 on
+  the axis, each reshaped to drop it where the index is a scalar) they are data movement the rules
+  and ``lift_layout`` see through. Only groups that use every index are raised: the split then
+  moves the bytes the gathers move (a gather of a few rows of a large tensor stays one).
+"""
+
+from __future__ import annotations
+
+import math
+
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.ops import TASO_ELEMS, create_taso_op, dense_array, named
+from taso_mlir.dialect.specs import MAX_ARITY
+
+from .flatten_matmul import _owner, _shape, _tensor
+
+
+def _index(op: ir.Operation):
+    """(data, axis, index) of a generic Gather at one constant index (a 0-d or one-element index weight)
+    on a static tensor, else None."""
+    if op.name != "onnx.Gather" or len(op.operands) != 2 or len(op.results) != 1 \
+            or "taso.domain" in op.attributes:
+        return None
+    data, idx = op.operands
+    shape, w = _shape(data), _owner(idx)
+    if shape is None or not shape or w is None or w.name != "taso.weight" or _shape(op.results[0]) is None:
+        return None
+    arr = dense_array(w.attributes["value"])
+    if arr.size != 1 or arr.dtype.kind not in "iu":
+        return None
+    attrs = {na.name: na.attr for na in named(op.attributes)}
+    if set(attrs) - {"axis"}:
+        return None
+    axis = ir.IntegerAttr(attrs["axis"]).value if "axis" in attrs else 0
+    axis += len(shape) if axis < 0 else 0
+    if not 0 <= axis < len(shape):
+        return None
+    i = int(arr.reshape(-1)[0])
+    i += shape[axis] if i < 0 else 0
+    if not 0 <= i < shape[axis]:
+        return None
+    return data, axis, i
+
+
+def split_sizes(shape: list, axis: int) -> list:
+    """The sizes of the split that replaces the gathers of every index of ``axis``: one index a piece."""
+    return [1] * shape[axis]
+
+
+def piece_of(sizes: list, index: int) -> int:
+    """The piece of that split holding the elements at ``index`` on its axis."""
+    start = 0
+    for k, n in enumerate(sizes):
+        if start <= index < start + n:
+            return k
+        start += n
+    raise IndexError(index)
+
+
+def gathers_to_split(f: ir.Operation) -> int:
+    """Raise each group of Gathers of one tensor on one axis that uses every index (2 to MAX_ARITY of
+    them) to a split; returns the number of Gathers replaced (erased)."""
+    block = f.regions[0].blocks[0]
+    groups: dict = {}  # (data, axis) -> [(op, index)]
+    for o in block.operations:
+        op = o.operation
+        got = _index(op)
+        if got is not None:
+            groups.setdefault(got[:2], []).append((op, got[2]))
+    done = 0
+    for (data, axis), members in groups.items():
+        shape = _shape(data)
+        n = shape[axis]
+        if not 2 <= n <= MAX_ARITY or {i for _op, i in members} != set(range(n)):
+            continue
+        sizes = split_sizes(shape, axis)
+        first = members[0][0]
+        with ir.InsertionPoint(first):
+            split = create_taso_op("split", [data], [_tensor(shape[:axis] + [k] + shape[axis + 1:], data)
+                                                     for k in sizes], {"axis": axis, "sizes": sizes},
+                                   loc=first.location)
+        for op, i in members:
+            v = split.results[piece_of(sizes, i)]
+            if op.results[0].type != v.type:
+                with ir.InsertionPoint(op):
+                    v = create_taso_op("reshape", [v], [op.results[0].type], {"shape": _shape(op.results[0])},
+                                       loc=op.location).results[0]
+            op.results[0].replace_all_uses_with(v)
+            op.erase()
+            done += 1
+    return done
+
+
+#: generic ops that only restate their operand's shape (with static types), and the attributes they may carry
+_VIEWS = {"onnx.Squeeze": {"axes"}, "onnx.Unsqueeze": {"axes"}, "onnx.Flatten": {"axis"}}
+
+
+def views_to_reshapes(f: ir.Operation) -> int:
+    """Replace each Squeeze, Unsqueeze and Flatten between static types by a ``taso.reshape``; returns
+    the number replaced (erased)."""
+    done = 0
+    for o in list(f.regions[0].blocks[0].operations):
+        op = o.operation
+        allowed = _VIEWS.get(op.name)
+        if allowed is None or "taso.domain" in op.attributes or len(op.results) != 1 or not len(op.operands) \
+                or {na.name for na in named(op.attributes)} - allowed:
+            continue
+        x, out = op.operands[0], _shape(op.results[0])
+        if str(x.type) == "none" or _shape(x) is None or out is None or x.type != op.results[0].type and \
+                ir.RankedTensorType(x.type).element_type != ir.RankedTensorType(op.results[0].type).element_type \
+                or str(ir.RankedTensorType(x.type).element_type) not in TASO_ELEMS:
+            continue
+        with ir.InsertionPoint(op):
+            r = create_taso_op("reshape", [x], [op.results[0].type], {"shape": out}, loc=op.location)
+        op.results[0].replace_all_uses_with(r.results[0])
+        op.erase()
+        done += 1
+    return done
+
+
+# ---------------------------------------------------------------------------------------------
+# proof
+
+
+def prove(max_rank: int = 3, max_dim: int = 4) -> tuple:
+    """Z3 proof, for every shape of up to ``max_rank`` axes of size 1..``max_dim``, every axis of size
+    >= 2 and every index on it, that element ``m`` of ``Gather(X, index, axis)`` (a scalar index: the
+    axis is dropped; a one-element index: kept with size 1) is element ``m`` of the reshaped piece
+    ``piece_of(split_sizes(...), index)`` of the split, for a symbolic tensor ``X`` (an uninterpreted
+    function of the flat index) and a symbolic in-range index ``m``. (``views_to_reshapes`` needs
+    none: ONNX defines Squeeze, Unsqueeze and Flatten as reshapes, which keep the flat index.)
+    Returns ``(z3.unsat, cases checked)`` (proved) or ``(the first other result, the case)``."""
+    import itertools
+
+    import z3
+
+    from .lift_layout import _flat, _unflat
+
+    X = z3.Function("X", z3.IntSort(), z3.RealSort())
+    cases = 0
+    for rank in range(1, max_rank + 1):
+        for shape in itertools.product(range(1, max_dim + 1), repeat=rank):
+            shape = list(shape)
+            for axis in range(rank):
+                if shape[axis] < 2:
+                    continue
+                sizes = split_sizes(shape, axis)
+                if sum(sizes) != shape[axis]:
+                    return z3.sat, ("split sizes", shape, axis, sizes)
+                for index in range(shape[axis]):
+                    k = piece_of(sizes, index)
+                    piece = shape[:axis] + [sizes[k]] + shape[axis + 1:]
+                    for keep in (False, True):
+                        out = shape[:axis] + ([1] if keep else []) + shape[axis + 1:]
+                        if math.prod(out) != math.prod(piece):
+                            return z3.sat, ("reshape size", shape, axis, index, keep)
+                        m = [z3.Int(f"m{d}") for d in range(len(out))]
+                        src = list(m)
+                        if keep:
+                            src[axis] = z3.IntVal(index) + src[axis]  # (m[axis] is 0)
+                        else:
+                            src.insert(axis, z3.IntVal(index))
+                        lhs = _flat(src, shape)
+                        pidx = _unflat(_flat(m, out), piece)  # reshape keeps the flat index
+                        pidx[axis] = pidx[axis] + sum(sizes[:k])
+                        rhs = _flat(pidx, shape)
+                        sv = z3.Solver()
+                        sv.add(*[z3.And(v >= 0, v < n) for v, n in zip(m, out)])
+                        sv.add(X(lhs) != X(rhs))
+                        r = sv.check()
+                        cases += 1
+                        if r != z3.unsat:
+                            return r, ("gather", shape, axis, index, keep)
+    return z3.unsat, cases
