@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import onnx
@@ -29,9 +30,61 @@ _ORT_TYPES = {
 }
 
 
-def random_feeds(session, rng: np.random.Generator, like=None) -> dict:
+#: ops an index passes through unchanged on its way to a Gather (``index_bounds``)
+_INDEX_VIEWS = frozenset({"Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten"})
+
+
+def index_bounds(model: onnx.ModelProto) -> dict:
+    """Integer graph inputs that only index Gathers (token ids into an embedding, position ids), directly
+    or through reshapes: name -> the smallest size of a gathered axis. Random inputs for them cover the
+    whole table, not just rows 0 and 1."""
+    g = model.graph
+    dims: dict = {t.name: list(t.dims) for t in g.initializer}
+    for vi in list(g.value_info) + list(g.input):
+        d = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else ()
+        if d and all(x.HasField("dim_value") for x in d):
+            dims.setdefault(vi.name, [x.dim_value for x in d])
+    users: dict = {}
+    for n in g.node:
+        for k, v in enumerate(n.input):
+            users.setdefault(v, []).append((n, k))
+
+    def bound(name: str, depth: int = 0):
+        if depth > 8 or name not in users:
+            return None
+        out = None
+        for n, k in users[name]:
+            if n.domain not in ("", "ai.onnx"):
+                return None
+            if n.op_type in _INDEX_VIEWS and k == 0:
+                b = bound(n.output[0], depth + 1)
+            elif n.op_type == "Gather" and k == 1 and n.input[0] in dims:
+                axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+                shape = dims[n.input[0]]
+                b = shape[axis] if -len(shape) <= axis < len(shape) else None
+            else:
+                return None
+            if b is None or b < 1:
+                return None
+            out = b if out is None else min(out, b)
+        return out
+
+    ints = {onnx.TensorProto.INT64, onnx.TensorProto.INT32}
+    out = {}
+    for i in g.input:
+        if i.name in dims and i.name in {t.name for t in g.initializer}:
+            continue
+        if i.type.HasField("tensor_type") and i.type.tensor_type.elem_type in ints:
+            b = bound(i.name)
+            if b is not None:
+                out[i.name] = b
+    return out
+
+
+def random_feeds(session, rng: np.random.Generator, like=None, bounds: Optional[dict] = None) -> dict:
     """Random inputs for ``session``'s model. A dimension it leaves open takes the size the same input
-    has in ``like``'s model (a session of the model made static with ``--input-shape``), else 1."""
+    has in ``like``'s model (a session of the model made static with ``--input-shape``), else 1. An
+    integer input is drawn from 0 up to its bound in ``bounds`` (``index_bounds``), else 0 or 1."""
     from .ops import _max_materialize_bytes
 
     fixed = {i.name: i.shape for i in like.get_inputs()} if like is not None else {}
@@ -53,8 +106,8 @@ def random_feeds(session, rng: np.random.Generator, like=None) -> dict:
             feeds[i.name] = rng.standard_normal(shape).astype(dt)
         elif dt == np.bool_:
             feeds[i.name] = rng.integers(0, 2, shape).astype(np.bool_)
-        else:  # small non-negative integers: valid indices for most gathers
-            feeds[i.name] = rng.integers(0, 2, shape).astype(dt)
+        else:  # small non-negative integers (valid indices for most gathers), or up to the input's bound
+            feeds[i.name] = rng.integers(0, (bounds or {}).get(i.name, 2), shape).astype(dt)
     return feeds
 
 
@@ -77,9 +130,10 @@ def compare_models(a: onnx.ModelProto, b: onnx.ModelProto, trials: int = 2, seed
     if names_a != names_b:
         raise TasoError(f"output names differ: {names_a} vs {names_b}")
     rng = np.random.default_rng(seed)
+    bounds = index_bounds(a)
     max_abs, scale = 0.0, 1.0
     for _ in range(trials):
-        feeds = random_feeds(sa, rng, like=sb)
+        feeds = random_feeds(sa, rng, like=sb, bounds=bounds)
         try:
             ra = sa.run(None, feeds)
         except Exception as e:

@@ -1,0 +1,36 @@
+"""The numeric differential check (``dialect.numerics.compare_models``) sees what it must: token ids over
+the whole embedding table (a model wrong in every row but 0 and 1 differs), inputs shaped as the output model's."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from taso_mlir.dialect.numerics import compare_models, index_bounds
+
+
+def _embedding(table: np.ndarray) -> onnx.ModelProto:
+    nodes = [helper.make_node("Reshape", ["ids", "shape"], ["ids2"]),
+             helper.make_node("Gather", ["table", "ids2"], ["e"]),
+             helper.make_node("Equal", ["mask", "one"], ["m"]),
+             helper.make_node("Cast", ["m"], ["mf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["mf", "ax"], ["mf3"]),
+             helper.make_node("Mul", ["e", "mf3"], ["y"])]
+    inits = [numpy_helper.from_array(table, "table"), numpy_helper.from_array(np.array([2, 16], np.int64), "shape"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"), numpy_helper.from_array(np.array([-1], np.int64), "ax")]
+    g = helper.make_graph(nodes, "emb", [helper.make_tensor_value_info("ids", TensorProto.INT64, [32]),
+                                         helper.make_tensor_value_info("mask", TensorProto.INT64, [2, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16, 4])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_token_ids_cover_the_table():
+    table = np.random.default_rng(0).standard_normal((50, 4)).astype(np.float32)
+    a = _embedding(table)
+    # the ids only index the table (through a reshape); the mask is compared, so it stays 0 or 1
+    assert index_bounds(a) == {"ids": 50}
+    wrong = table.copy()
+    wrong[2:] += 1.0  # right where ids 0 and 1 read
+    assert compare_models(a, _embedding(table)).max_abs == 0
+    assert compare_models(a, _embedding(wrong)).max_abs > 0.5
