@@ -345,3 +345,67 @@ func.func @heads_different_layouts(%x: tensor<64x128xf32>) -> (tensor<1x64x4x16x
   %r1 = "taso.reshape"(%s#1) {shape = array<i64: 1, 64, 16, 4>} : (tensor<64x64xf32>) -> tensor<1x64x16x4xf32>
   return %r0, %r1 : tensor<1x64x4x16xf32>, tensor<1x64x16x4xf32>
 }
+
+// -----
+
+// Gathers at constant indices covering an axis (torch's packed Q/K/V taken apart) are one split
+// before the search (pieces of 1 x 4 x 8, each reshaped to 4 x 8; the layout lifting then makes the
+// reshapes one, of the whole); a gather of one row of another tensor stays.
+// CHECK-LABEL: func.func @gathers_to_split
+// CHECK: %[[R:.*]] = "taso.reshape"(%arg0) {shape = array<i64: 12, 8>}
+// CHECK: "taso.split"(%[[R]]) {axis = 0 : i64, {{.*}}sizes = array<i64: 4, 4, 4>}
+// CHECK: "onnx.Gather"(%arg1
+// CHECK-NOT: "onnx.Gather"
+// REPORT: raised before the search: 0 Squeeze/Unsqueeze/Flatten to reshapes, 3 Gathers of every index of an axis to splits
+func.func @gathers_to_split(%x: tensor<3x4x8xf32>, %y: tensor<3x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>) {
+  %i0 = "taso.weight"() {name = "i0", value = dense<0> : tensor<si64>} : () -> tensor<si64>
+  %i1 = "taso.weight"() {name = "i1", value = dense<1> : tensor<si64>} : () -> tensor<si64>
+  %i2 = "taso.weight"() {name = "i2", value = dense<-1> : tensor<si64>} : () -> tensor<si64>
+  %q = "onnx.Gather"(%x, %i0) {axis = 0 : si64} : (tensor<3x4x8xf32>, tensor<si64>) -> tensor<4x8xf32>
+  %k = "onnx.Gather"(%x, %i1) {axis = 0 : si64} : (tensor<3x4x8xf32>, tensor<si64>) -> tensor<4x8xf32>
+  %v = "onnx.Gather"(%x, %i2) {axis = 0 : si64} : (tensor<3x4x8xf32>, tensor<si64>) -> tensor<4x8xf32>
+  %r = "onnx.Gather"(%y, %i1) {axis = 0 : si64} : (tensor<3x8xf32>, tensor<si64>) -> tensor<8xf32>
+  return %q, %k, %v, %r : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>
+}
+
+// -----
+
+// A scale computed from a static shape (nn.MultiheadAttention's 1 / sqrt(d)) is a constant; the
+// Unsqueeze and Squeeze around a transpose are reshapes, and the three one transpose.
+// CHECK-LABEL: func.func @shape_constants
+// CHECK: "taso.weight"() {name = "taso_folded_{{[0-9]+}}", value = dense<1.250000e-01> : tensor<1xf32>}
+// CHECK-NOT: "onnx.
+// CHECK: "taso.transpose"(%{{.*}}) {perm = array<i64: 1, 0>} : (tensor<2x64xf32>) -> tensor<64x2xf32>
+// CHECK-NEXT: return
+// REPORT: @shape_constants: {{.*}}
+// REPORT: 4 generic ONNX ops with constant results (shapes of static tensors, ops on weights) folded into weights before the search
+// REPORT: raised before the search: 2 Squeeze/Unsqueeze/Flatten to reshapes, 0 Gathers
+// REPORT: 1 reshape/transpose chains made one transpose
+func.func @shape_constants(%x: tensor<2x64xf32>) -> tensor<64x2xf32> {
+  %s = "onnx.Shape"(%x) {start = -1 : si64} : (tensor<2x64xf32>) -> tensor<1xsi64>
+  %c = "onnx.Cast"(%s) {to = 1 : si64} : (tensor<1xsi64>) -> tensor<1xf32>
+  %q = "onnx.Sqrt"(%c) : (tensor<1xf32>) -> tensor<1xf32>
+  %r = "onnx.Reciprocal"(%q) : (tensor<1xf32>) -> tensor<1xf32>
+  %y = "taso.ewmul"(%x, %r) : (tensor<2x64xf32>, tensor<1xf32>) -> tensor<2x64xf32>
+  %ax = "taso.weight"() {name = "ax", value = dense<0> : tensor<1xsi64>} : () -> tensor<1xsi64>
+  %u = "onnx.Unsqueeze"(%y, %ax) : (tensor<2x64xf32>, tensor<1xsi64>) -> tensor<1x2x64xf32>
+  %t = "taso.transpose"(%u) {perm = array<i64: 0, 2, 1>} : (tensor<1x2x64xf32>) -> tensor<1x64x2xf32>
+  %z = "onnx.Squeeze"(%t, %ax) : (tensor<1x64x2xf32>, tensor<1xsi64>) -> tensor<64x2xf32>
+  return %z : tensor<64x2xf32>
+}
+
+// -----
+
+// Two transposes with a reshape between them (heads first, then Q/K/V first) are one transpose.
+// CHECK-LABEL: func.func @layout_chain
+// CHECK: "taso.reshape"(%arg0) {shape = array<i64: 8, 3, 2, 4>}
+// CHECK: "taso.transpose"({{.*}}) {perm = array<i64: 2, 1, 0, 3>}
+// CHECK-NOT: "taso.transpose"
+// REPORT: 1 reshape/transpose chains made one transpose
+func.func @layout_chain(%x: tensor<8x24xf32>) -> tensor<2x24x4xf32> {
+  %r = "taso.reshape"(%x) {shape = array<i64: 8, 3, 8>} : (tensor<8x24xf32>) -> tensor<8x3x8xf32>
+  %t = "taso.transpose"(%r) {perm = array<i64: 1, 0, 2>} : (tensor<8x3x8xf32>) -> tensor<3x8x8xf32>
+  %r2 = "taso.reshape"(%t) {shape = array<i64: 24, 2, 4>} : (tensor<3x8x8xf32>) -> tensor<24x2x4xf32>
+  %t2 = "taso.transpose"(%r2) {perm = array<i64: 1, 0, 2>} : (tensor<24x2x4xf32>) -> tensor<2x24x4xf32>
+  return %t2 : tensor<2x24x4xf32>
+}
