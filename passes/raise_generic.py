@@ -106,8 +106,8 @@ _VIEWS = {"onnx.Squeeze": {"axes"}, "onnx.Unsqueeze": {"axes"}, "onnx.Flatten": 
 
 
 def views_to_reshapes(f: ir.Operation) -> int:
-    """Replace each Squeeze, Unsqueeze and Flatten between static types by a ``taso.reshape``; returns
-    the number replaced (erased)."""
+    """Replace each Squeeze, Unsqueeze and Flatten between static types whose axes are constants by a
+    ``taso.reshape``; returns the number replaced (erased)."""
     done = 0
     for o in list(f.regions[0].blocks[0].operations):
         op = o.operation
@@ -115,6 +115,9 @@ def views_to_reshapes(f: ir.Operation) -> int:
         if allowed is None or "taso.domain" in op.attributes or len(op.results) != 1 or not len(op.operands) \
                 or {na.name for na in named(op.attributes)} - allowed:
             continue
+        if any(str(v.type) != "none" and (_owner(v) is None or _owner(v).name != "taso.weight")
+               for v in list(op.operands)[1:]):
+            continue  # axes computed at run time: onnxruntime checks them; a reshape would not
         x, out = op.operands[0], _shape(op.results[0])
         if str(x.type) == "none" or _shape(x) is None or out is None or x.type != op.results[0].type and \
                 ir.RankedTensorType(x.type).element_type != ir.RankedTensorType(op.results[0].type).element_type \

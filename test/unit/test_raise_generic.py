@@ -161,6 +161,17 @@ def test_views_become_reshapes():
     np.testing.assert_array_equal(y, np.maximum(x, 0).T.reshape(6, 1))
 
 
+def test_a_squeeze_of_axes_given_at_run_time_stays():
+    """onnxruntime checks axes that come from an input (a wrong one is an error); a reshape would not."""
+    text = """func.func @f(%x: tensor<2x1x3xf32>, %ax: tensor<1xsi64>) -> tensor<2x3xf32> {
+  %s = "onnx.Squeeze"(%x, %ax) : (tensor<2x1x3xf32>, tensor<1xsi64>) -> tensor<2x3xf32>
+  return %s : tensor<2x3xf32>
+}"""
+    with make_context(), ir.Location.unknown():
+        m = ir.Module.parse(text)
+        assert R.views_to_reshapes(m.body.operations[0].operation) == 0
+
+
 # ------------------------------------------------------------------------------------------------
 # end to end
 
