@@ -34,3 +34,21 @@ def test_token_ids_cover_the_table():
     wrong[2:] += 1.0  # right where ids 0 and 1 read
     assert compare_models(a, _embedding(table)).max_abs == 0
     assert compare_models(a, _embedding(wrong)).max_abs > 0.5
+
+
+def _scaled(c: float, dtype) -> onnx.ModelProto:
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    g = helper.make_graph([helper.make_node("Mul", ["x", "c"], ["y"])], "s",
+                          [helper.make_tensor_value_info("x", t, [64])], [helper.make_tensor_value_info("y", t, [64])],
+                          [numpy_helper.from_array(np.array([c], dtype), "c")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_tolerance_follows_the_precision():
+    one_ulp = 1 + 2.0 ** -10  # the next float16 after 1
+    assert compare_models(_scaled(1.0, np.float16), _scaled(one_ulp, np.float16)).ok  # a rounding step
+    assert not compare_models(_scaled(1.0, np.float16), _scaled(1.01, np.float16)).ok
+    # the same difference in float32 is far beyond its rounding
+    rep = compare_models(_scaled(1.0, np.float32), _scaled(one_ulp, np.float32))
+    assert not rep.ok and rep.tolerance == 1e-5
+    assert compare_models(_scaled(1.0, np.float32), _scaled(1.0, np.float32)).ok
