@@ -30,6 +30,7 @@ torch is imported lazily: this module imports (and lists its models) without tor
 
     python -m taso_mlir.benchmarks.torch_models resnet50 out.onnx [--exporter dynamo]
     python -m taso_mlir.benchmarks.torch_models --measure [MODEL ...]   # the round-trip table
+    python -m taso_mlir.benchmarks.torch_models --search [MODEL ...]    # taso-search on them: costs, CPU latency
 """
 
 from __future__ import annotations
@@ -529,6 +530,61 @@ def measure(names: list[str], exporter: str, workdir: str, keep: bool = False) -
     return rows
 
 
+def measure_search(names: list[str], exporter: str, workdir: str) -> list[dict]:
+    """Export each model and optimize it twice with ``taso-search`` (the analytic T4 cost model, and
+    ``cost-model=cpu``), each in a fresh ``taso-opt`` process with its numeric check; then compare
+    each result with the export on two input sets and time both against it in onnxruntime on this
+    machine's CPU (``latency.compare``: interleaved rounds, the median of the per-round speedups and
+    their quartiles). One row per model."""
+    import json
+
+    import onnx
+
+    from taso_mlir.passes.latency import compare
+
+    rows = []
+    for name in names:
+        src = os.path.join(workdir, f"{name}.{exporter}.onnx")
+        export(name, src, exporter)
+        row = dict(model=name, exporter=exporter, **model_stats(src))
+        for tag in ("t4", "cpu"):
+            dst, rep = os.path.join(workdir, f"{name}.{tag}.onnx"), os.path.join(workdir, f"{name}.{tag}.json")
+            model = "analytic:t4" if tag == "t4" else "cpu"
+            rt = roundtrip(src, dst, f"--pass-pipeline=builtin.module(taso-search{{cost-model={model} report={rep}}})")
+            if rt.rc != 0:
+                row[tag] = dict(error=rt.stderr.strip().splitlines()[-1] if rt.stderr.strip() else f"exit {rt.rc}")
+                continue
+            fr = json.load(open(rep))["functions"][0]
+            max_abs, scale = compare_outputs(src, dst, feeds_for(name))
+            lat = compare(onnx.load(src), onnx.load(dst))
+            row[tag] = dict(before=fr["cost_before_ms"], after=fr["cost_after_ms"], search_s=fr["search_s"],
+                            nodes_out=model_stats(dst)["nodes"], max_abs=max_abs, scale=scale,
+                            speedup=lat["speedup"], iqr=lat["iqr"], ok=max_abs <= 1e-5 * scale)
+        rows.append(row)
+        print(_format_search_row(row), flush=True)
+    return rows
+
+
+SEARCH_HEADER = ("| model | nodes | T4 cost before → after | reduction | search s | max abs diff (scale) | "
+                 "ORT CPU speedup, T4-optimized | cpu-cost reduction | ORT CPU speedup, cpu-optimized |\n"
+                 "|---|---|---|---|---|---|---|---|---|")
+
+
+def _format_search_row(r: dict) -> str:
+    def red(c):
+        return f"{100 * (c['before'] - c['after']) / c['before']:.1f}%"
+
+    def spd(c):
+        return f"{c['speedup']:.3f}x ({c['iqr'][0]:.3f}-{c['iqr'][1]:.3f})"
+
+    t, c = r.get("t4", {}), r.get("cpu", {})
+    if "error" in t or "error" in c or not t or not c:
+        return f"| {r['model']} | {r['nodes']} | FAILED: {t.get('error') or c.get('error')} | | | | | | |"
+    diff = max(t["max_abs"], c["max_abs"])
+    return (f"| {r['model']} | {r['nodes']} → {t['nodes_out']} | {t['before']:.4g} → {t['after']:.4g} ms | {red(t)} | "
+            f"{t['search_s']:.2f} | {diff:.3g} ({max(t['scale'], c['scale']):.3g}) | {spd(t)} | {red(c)} | {spd(c)} |")
+
+
 TABLE_HEADER = ("| model | exporter | opset | nodes in / out | weights MB | round trip s | peak RSS MB | "
                 "max abs diff | output scale | ok |\n|---|---|---|---|---|---|---|---|---|---|")
 
@@ -549,8 +605,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript")
     ap.add_argument("--measure", nargs="*", metavar="MODEL",
                     help="export, round-trip and compare these models (all if none given), print a table")
+    ap.add_argument("--search", nargs="*", metavar="MODEL",
+                    help="export these models (all but the big ones if none given), optimize each with taso-search "
+                         "(analytic T4 and cost-model=cpu), compare and time both in onnxruntime, print a table")
     ap.add_argument("--workdir", default=None, help="where --measure writes its models (default: a temp dir)")
     a = ap.parse_args(argv)
+    if a.search is not None:
+        import tempfile
+
+        names = a.search or [n for n, m in MODELS.items() if not m.big]
+        versions = ", ".join(f"{k} {v}" for k, v in exporter_versions().items())
+        print(f"exporter: {a.exporter} ({versions}), opset {OPSET}\n\n{SEARCH_HEADER}", flush=True)
+        with tempfile.TemporaryDirectory(dir=a.workdir) as d:
+            rows = measure_search(names, a.exporter, d)
+        return 0 if all(r.get(t, {}).get("ok") for r in rows for t in ("t4", "cpu")) else 1
     if a.measure is not None:
         import tempfile
 

@@ -173,3 +173,13 @@ def test_inputs_exercise_the_mask():
         unmasked = m(*args)[0].numpy()
     assert np.allclose(masked[0], unmasked[0], atol=1e-5)
     assert not np.allclose(masked[1, :8], unmasked[1, :8], atol=1e-3)
+
+
+def test_search_table(tmp_path, capsys):
+    """``--search`` exports, optimizes with both cost models, checks and times: a row with both results."""
+    assert tm.main(["--search", "resnet18", "--workdir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| resnet18 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert len(cells) == 9 and "FAILED" not in row, row
+    assert cells[3].endswith("%") and cells[7].endswith("%") and cells[6].endswith(")") and cells[8].endswith(")")
