@@ -197,6 +197,173 @@ def _plan_ops(shape: list, plan) -> list:
 
 
 # ---------------------------------------------------------------------------------------------
+# row chains through matmuls
+
+
+def _is_row_step(op: ir.Operation) -> bool:
+    """A reshape or transpose that keeps the last axis as it is (it moves whole rows)."""
+    if op.name == "taso.transpose":
+        perm = list(taso_attrs(op)["perm"])
+        return perm[-1] == len(perm) - 1
+    a, b = _shape(op.operands[0]), _shape(op.results[0])
+    return a is not None and b is not None and len(a) >= 1 and len(b) >= 1 and a[-1] == b[-1]
+
+
+def _with_last(steps: list, n: int) -> list:
+    """Row steps with the last axis resized to ``n``."""
+    return [(k, a if k == "transpose" else list(a[:-1]) + [n]) for k, a in steps]
+
+
+def _forward_chain(v: ir.Value) -> list:
+    """The layout ops that follow ``v`` one after another, each the only user of the previous result."""
+    ops = []
+    while True:
+        uses = list(v.uses)
+        if len(uses) != 1 or _user(uses[0]).name not in _LAYOUT:
+            return ops
+        op = _user(uses[0])
+        ops.append(op)
+        v = op.results[0]
+
+
+def _row_matmul(op: ir.Operation) -> bool:
+    """A matmul whose right operand is 2-D: it maps every row of its left operand alike."""
+    if op.name != "taso.matmul" or len(op.operands) not in (2, 3):
+        return False
+    x, w = _shape(op.operands[0]), _shape(op.operands[1])
+    return x is not None and w is not None and len(w) == 2 and len(x) >= 2 and _shape(op.results[0]) is not None
+
+
+def _layout_cost(cm, steps: list, shape: list, dtype: str) -> float:
+    out, cur = 0.0, list(shape)
+    for k, a in steps:
+        nxt = [cur[p] for p in a] if k == "transpose" else list(a)
+        out += cm.cost(_sig(k, {"perm": list(a)} if k == "transpose" else {"shape": nxt}, [cur], [nxt], dtype, (False,)))
+        cur = nxt
+    return out
+
+
+def move_row_chains(f: ir.Operation, cost_model) -> int:
+    """Move reshapes and transposes that move whole rows across the matmuls by a 2-D operand
+    (``matmul(R(x), W) = R(matmul(x, W))``, the last axis resized), to join the layout chain on the
+    other side, where the joined chain planned as one (``chain_plan``) costs less than the two parts
+    (``nn.MultiheadAttention``'s transposes between the batch-first and sequence-first layouts,
+    around its projections). Returns the number of moves."""
+    moved = 0
+    changed = True
+    while changed:
+        changed = False
+        for o in list(f.regions[0].blocks[0].operations):
+            op = o.operation
+            if _row_matmul(op) and (_sink(op, cost_model) or _hoist(op, cost_model)):
+                moved += 1
+                changed = True
+                break
+    return moved
+
+
+def _chain_before(v: ir.Value) -> list:
+    p = _owner(v)
+    if p is None or p.name not in _LAYOUT or sum(1 for _ in v.uses) != 1:
+        return []
+    return _chain(p)
+
+
+def _sink(mm: ir.Operation, cm) -> bool:
+    """The row steps at the end of the chain into the matmul, moved below it."""
+    before = _chain_before(mm.operands[0])
+    k = len(before)
+    while k > 0 and _is_row_step(before[k - 1]):
+        k -= 1
+    rows = before[k:]
+    if not rows:
+        return False
+    after = _forward_chain(mm.results[0])
+    x0 = rows[0].operands[0]
+    if not _keeps_gemm(mm, len(_shape(x0))):
+        return False
+    n = _shape(mm.results[0])[-1]
+    start = _shape(x0)[:-1] + [n]
+    dtype = str(elem_type(x0))
+    joined = _with_last(_steps(rows), n) + _steps(after)
+    plan = chain_plan(start, joined)
+    if plan is None:
+        return False
+    old = _layout_cost(cm, _steps(rows), _shape(x0), dtype) + _layout_cost(cm, _steps(after), _shape(mm.results[0]),
+                                                                           dtype)
+    new_ops = _plan_ops(start, plan)
+    new = sum(cm.cost(_sig(kd, a, [si], [so], dtype, (False,))) for kd, a, si, so in new_ops)
+    if new >= old:
+        return False
+    end = after[-1] if after else mm
+    with ir.InsertionPoint(end):
+        m2 = _clone_matmul(mm, x0, start)
+        v = m2.results[0]
+        for kd, a, _si, so in new_ops:
+            v = create_taso_op(kd, [v], [_tensor(so, x0)], a, loc=mm.location).results[0]
+    end.results[0].replace_all_uses_with(v)
+    for op in reversed(after):
+        op.erase()
+    mm.erase()
+    for op in reversed(rows):
+        op.erase()
+    return True
+
+
+def _hoist(mm: ir.Operation, cm) -> bool:
+    """The row steps at the start of the chain out of the matmul, moved above it."""
+    after = _forward_chain(mm.results[0])
+    k = 0
+    while k < len(after) and _is_row_step(after[k]):
+        k += 1
+    rows = after[:k]
+    if not rows:
+        return False
+    x = mm.operands[0]
+    before = _chain_before(x)
+    x0 = before[0].operands[0] if before else x
+    kdim = _shape(x)[-1]
+    dtype = str(elem_type(x))
+    joined = _steps(before) + _with_last(_steps(rows), kdim)
+    plan = chain_plan(_shape(x0), joined)
+    if plan is None:
+        return False
+    old = _layout_cost(cm, _steps(before), _shape(x0), dtype) + _layout_cost(cm, _steps(rows), _shape(mm.results[0]),
+                                                                             dtype)
+    new_ops = _plan_ops(_shape(x0), plan)
+    if not _keeps_gemm(mm, len(new_ops[-1][3]) if new_ops else len(_shape(x0))):
+        return False
+    new = sum(cm.cost(_sig(kd, a, [si], [so], dtype, (False,))) for kd, a, si, so in new_ops)
+    if new >= old:
+        return False
+    last = rows[-1]
+    with ir.InsertionPoint(last):
+        v = x0
+        for kd, a, _si, so in new_ops:
+            v = create_taso_op(kd, [v], [_tensor(so, x0)], a, loc=mm.location).results[0]
+        m2 = _clone_matmul(mm, v, _shape(last.results[0]))
+    last.results[0].replace_all_uses_with(m2.results[0])
+    for op in reversed(rows):
+        op.erase()
+    mm.erase()
+    for op in reversed(before):
+        op.erase()
+    return True
+
+
+def _keeps_gemm(mm: ir.Operation, new_rank: int) -> bool:
+    """A biased matmul on a 2-D input is exported as one Gemm; on more axes as MatMul and Add (two
+    kernels, which its cost does not count): a move must not take it there."""
+    return len(mm.operands) < 3 or len(_shape(mm.operands[0])) != 2 or new_rank == 2
+
+
+def _clone_matmul(mm: ir.Operation, x: ir.Value, out_shape: list) -> ir.Operation:
+    a = taso_attrs(mm)
+    attrs = {k: v for k, v in a.items() if k in ("activation",)}
+    return create_taso_op("matmul", [x] + list(mm.operands)[1:], [_tensor(out_shape, x)], attrs, loc=mm.location)
+
+
+# ---------------------------------------------------------------------------------------------
 # proof
 
 
@@ -217,8 +384,8 @@ def prove(max_rank: int = 3, max_dim: int = 4) -> tuple:
     """Every transpose -> reshape -> transpose chain (every perm, every reshape to up to ``max_rank`` axes)
     of every shape of up to ``max_rank`` axes of size 1..``max_dim``, and its two-op prefixes: the plan,
     where ``chain_plan`` makes one, applied to ``arange`` equals the chain applied to it. With distinct
-    elements this checks every element's source: for these shapes it is a proof. Returns (True, cases
-    checked) or (False, the first case that differs)."""
+    elements this checks every element's source: for these shapes it is a proof. Also ``_prove_rows``.
+    Returns (True, {"chains": cases, "rows": cases}) or (False, the first case that differs)."""
     cases = 0
     for rank in range(1, max_rank + 1):
         for shape in itertools.product(range(1, max_dim + 1), repeat=rank):
@@ -239,4 +406,43 @@ def prove(max_rank: int = 3, max_dim: int = 4) -> tuple:
                             cases += 1
                             if got.shape != want.shape or not np.array_equal(got, want):
                                 return False, (shape, steps, plan)
+    rows = _prove_rows(max_rank, max_dim)
+    if not rows[0]:
+        return rows
+    return True, {"chains": cases, "rows": rows[1]}
+
+
+def _row_steps(lead: list, k: int, max_rank: int):
+    """Every single row step of a tensor of leading shape ``lead`` and last axis ``k``."""
+    r = len(lead)
+    for p in itertools.permutations(range(r)):
+        yield ("transpose", list(p) + [r]), [lead[q] for q in p]
+    for t in _shapes_of(math.prod(lead), max_rank - 1):
+        yield ("reshape", t + [k]), t
+
+
+def _prove_rows(max_rank: int, max_dim: int) -> tuple:
+    """Every chain of one or two row steps (``_is_row_step``: transposes that keep the last axis last,
+    reshapes that keep it) of every tensor of up to ``max_rank`` axes whose leading axes have size
+    1..``max_dim`` commutes with a matmul by a 2-D operand, the last axis resized
+    (``matmul(R(x), W) = R'(matmul(x, W))``), in exact integer arithmetic on ``arange``: every row's
+    source. Returns (True, cases) or (False, the case)."""
+    k, n = 2, 3
+    w = np.arange(1, k * n + 1, dtype=np.int64).reshape(k, n)
+    cases = 0
+    for rank in range(1, max_rank):
+        for lead in itertools.product(range(1, max_dim + 1), repeat=rank):
+            lead = list(lead)
+            x = np.arange(math.prod(lead) * k, dtype=np.int64).reshape(lead + [k])
+            for s1, lead1 in _row_steps(lead, k, max_rank):
+                chains = [[s1]] + [[s1, s2] for s2, _l in _row_steps(lead1, k, max_rank)]
+                for steps in chains:
+                    want = _apply(x, steps) @ w
+                    try:
+                        got = _apply(x @ w, _with_last(steps, n))
+                    except ValueError:  # the moved steps do not fit the matmul's result
+                        return False, (lead, steps)
+                    cases += 1
+                    if got.shape != want.shape or not np.array_equal(got, want):
+                        return False, (lead, steps)
     return True, cases

@@ -33,7 +33,7 @@ from .cost import CpuMeasured, get_cost_model
 from .flatten_matmul import flatten_shared_matmuls, unflatten_matmuls
 from .identities import drop_identities
 from .lift_elementwise import lift_elementwise
-from .layout_chains import compose_layout_chains
+from .layout_chains import compose_layout_chains, move_row_chains
 from .lift_layout import lift_layout
 from .matmul_bias import fuse_matmul_bias
 from .raise_generic import gathers_to_split, views_to_reshapes
@@ -165,8 +165,9 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     concats_fused = fuse_concat_trees(f)
     unflattened = unflatten_matmuls(f)
     reshapes_composed, layout_lifted = lift_layout(f, builder.cost_model)
+    rows_moved = move_row_chains(f, builder.cost_model)
     chains = compose_layout_chains(f, builder.cost_model)
-    if reshapes_composed or layout_lifted or chains:
+    if reshapes_composed or layout_lifted or chains or rows_moved:
         function_dce(f)
     # the cost and op count of the function as written (split trees fused), which the search's cost
     # model predicts except where a split tree could not be fused (more than MAX_ARITY pieces)
@@ -189,7 +190,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "concats_fused": concats_fused,
         "matmuls_flattened": flattened, "matmuls_unflattened": unflattened, "matmul_biases_fused": biases,
         "elementwise_lifted": lifted, "weights_permuted": permuted, "weights_merged": merged,
-        "reshapes_composed": reshapes_composed, "layout_lifted": layout_lifted, "layout_chains": chains,
+        "reshapes_composed": reshapes_composed, "layout_lifted": layout_lifted, "layout_chains": chains, "row_chains_moved": rows_moved,
         "search_s": round(search_s, 3), "replay_s": round(replay_s, 3),
     }
 
@@ -197,7 +198,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
 #: what a function's report counts of the changes made to it (zero where the input is kept)
 _CHANGE_COUNTS = ("batchnorms_folded", "weights_folded", "generic_folded", "views_raised", "gathers_raised", "identities_dropped", "splits_fused", "concats_fused",
                   "matmuls_flattened", "matmuls_unflattened", "matmul_biases_fused", "elementwise_lifted",
-                  "weights_permuted", "weights_merged", "reshapes_composed", "layout_lifted", "layout_chains")
+                  "weights_permuted", "weights_merged", "reshapes_composed", "layout_lifted", "layout_chains", "row_chains_moved")
 #: of those, the ones that change nothing by themselves: matmuls flattened for the search, and restored
 #: after it where no rewrite touched them
 _RESTORED = ("matmuls_flattened", "matmuls_unflattened")
@@ -513,9 +514,11 @@ def format_report(rep: dict) -> str:
         if fr.get("views_raised") or fr.get("gathers_raised"):
             L.append(f"    raised before the search: {fr.get('views_raised', 0)} Squeeze/Unsqueeze/Flatten to reshapes, "
                      f"{fr.get('gathers_raised', 0)} Gathers of every index of an axis to splits")
-        if fr.get("layout_lifted") or fr.get("reshapes_composed") or fr.get("layout_chains"):
+        if fr.get("layout_lifted") or fr.get("reshapes_composed") or fr.get("layout_chains") \
+                or fr.get("row_chains_moved"):
             L.append(f"    {fr.get('layout_lifted', 0)} reshapes and transposes of split pieces lifted to one op on "
                      f"the whole tensor each split, {fr.get('reshapes_composed', 0)} reshape chains composed, "
+                     f"{fr.get('row_chains_moved', 0)} row reshapes/transposes moved across matmuls, "
                      f"{fr.get('layout_chains', 0)} reshape/transpose chains made one transpose")
         if fr.get("matmuls_flattened"):
             L.append(f"    {fr['matmuls_flattened']} matmuls of a shared input of rank 3 or more flattened to 2-D for "

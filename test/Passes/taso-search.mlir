@@ -167,17 +167,16 @@ func.func @shared_weight_concat(%x1: tensor<1x512xf32>, %x2: tensor<1x512xf32>) 
 
 // Matmuls of a shared 3-D input (a transformer's Q, K, V projections) are flattened to 2-D for the
 // search, where the 2-D merge rule applies: one matmul on the concatenated weights, one split, the
-// pieces reshaped back.
+// pieces reshaped back. The pieces' reshapes back to [1, 64, 1024] lift over the split (lift_layout):
+// one reshape of the matmul's result, which moves whole rows, so it moves above the matmul, where it
+// undoes the flattening: the matmul reads the 3-D input (layout_chains).
 // CHECK-LABEL: func.func @qkv_3d
-// CHECK: %[[R:.*]] = "taso.reshape"(%arg0) {shape = array<i64: 64, 1024>}
-// CHECK: %[[M:.*]] = "taso.matmul"(%[[R]], %{{.*}}) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<64x1024xf32>, tensor<1024x3072xf32>) -> tensor<64x3072xf32>
-// the pieces' reshapes back to [1, 64, 1024] lift over the split (lift_layout): one reshape, a split on axis 2
-// CHECK: %[[W:.*]] = "taso.reshape"(%[[M]]) {shape = array<i64: 1, 64, 3072>}
-// CHECK: "taso.split"(%[[W]]) {axis = 2 : i64, {{.*}}sizes = array<i64: 1024, 1024, 1024>}
+// CHECK: %[[M:.*]] = "taso.matmul"(%arg0, %{{.*}}) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<1x64x1024xf32>, tensor<1024x3072xf32>) -> tensor<1x64x3072xf32>
+// CHECK: "taso.split"(%[[M]]) {axis = 2 : i64, {{.*}}sizes = array<i64: 1024, 1024, 1024>}
 // CHECK-NOT: taso.matmul
 // CHECK-NOT: taso.reshape
 // REPORT: @qkv_3d: {{.*}} 2 rewrites applied
-// REPORT: 3 reshapes and transposes of split pieces lifted to one op on the whole tensor each split, 0 reshape chains composed
+// REPORT: 3 reshapes and transposes of split pieces lifted to one op on the whole tensor each split, 0 reshape chains composed, 1 row reshapes/transposes moved across matmuls
 // REPORT: 3 matmuls of a shared input of rank 3 or more flattened to 2-D for the search (0 it left alone restored after it)
 func.func @qkv_3d(%x: tensor<1x64x1024xf32>) -> (tensor<1x64x1024xf32>, tensor<1x64x1024xf32>, tensor<1x64x1024xf32>) {
   %wq = "taso.weight"() {name = "wq", value = dense<0.5> : tensor<1024x1024xf32>} : () -> tensor<1024x1024xf32>
@@ -408,4 +407,22 @@ func.func @layout_chain(%x: tensor<8x24xf32>) -> tensor<2x24x4xf32> {
   %r2 = "taso.reshape"(%t) {shape = array<i64: 24, 2, 4>} : (tensor<3x8x8xf32>) -> tensor<24x2x4xf32>
   %t2 = "taso.transpose"(%r2) {perm = array<i64: 1, 0, 2>} : (tensor<24x2x4xf32>) -> tensor<2x24x4xf32>
   return %t2 : tensor<2x24x4xf32>
+}
+
+// -----
+
+// Sequence-first projections in a batch-first model: the transpose into the matmul moves below it
+// (it moves whole rows) and joins the heads transpose after it; one transpose is left.
+// CHECK-LABEL: func.func @row_chain
+// CHECK: %[[M:.*]] = "taso.matmul"(%arg0, %{{.*}}) {activation = "none"{{.*}}} : (tensor<2x4x8xf32>, tensor<8x6xf32>) -> tensor<2x4x6xf32>
+// CHECK: "taso.transpose"
+// CHECK-NOT: "taso.transpose"
+// REPORT: 1 row reshapes/transposes moved across matmuls
+func.func @row_chain(%x: tensor<2x4x8xf32>) -> tensor<2x3x4x2xf32> {
+  %w = "taso.weight"() {name = "w", value = dense<0.5> : tensor<8x6xf32>} : () -> tensor<8x6xf32>
+  %t = "taso.transpose"(%x) {perm = array<i64: 1, 0, 2>} : (tensor<2x4x8xf32>) -> tensor<4x2x8xf32>
+  %m = "taso.matmul"(%t, %w) {activation = "none"} : (tensor<4x2x8xf32>, tensor<8x6xf32>) -> tensor<4x2x6xf32>
+  %r = "taso.reshape"(%m) {shape = array<i64: 4, 2, 3, 2>} : (tensor<4x2x6xf32>) -> tensor<4x2x3x2xf32>
+  %u = "taso.transpose"(%r) {perm = array<i64: 1, 2, 0, 3>} : (tensor<4x2x3x2xf32>) -> tensor<2x3x4x2xf32>
+  return %u : tensor<2x3x4x2xf32>
 }
