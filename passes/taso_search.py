@@ -30,6 +30,7 @@ from . import rulebook as RB
 from . import search as S
 from . import tgraph as T
 from .cost import CpuMeasured, get_cost_model
+from .cse import eliminate_common_subexpressions
 from .flatten_matmul import flatten_shared_matmuls, unflatten_matmuls
 from .identities import drop_identities
 from .lift_elementwise import lift_elementwise
@@ -129,9 +130,14 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         function_dce(f)
     views = views_to_reshapes(f)
     gathers = gathers_to_split(f)
+    # (equal folded constants first: the repeats of an op on them then have the same operands)
+    pre_merged = merge_duplicate_weights(f) if generic_folded or pre_folded else 0
+    repeats = eliminate_common_subexpressions(f)
+    if pre_merged or repeats:
+        function_dce(f)
     biases = fuse_matmul_bias(f, builder.cost_model)
     flattened = flatten_shared_matmuls(f)
-    if pre_folded or generic_folded or views or gathers or flattened or biases:
+    if pre_folded or generic_folded or views or gathers or pre_merged or repeats or flattened or biases:
         g0, mops = T.from_function(f, builder)
     tick = time.monotonic()
 
@@ -159,7 +165,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     lifted, permuted = lift_elementwise(f, builder.cost_model)
     if permuted:
         folded += fold_weights(f)
-    merged = merge_duplicate_weights(f) if folded else 0
+    merged = pre_merged + (merge_duplicate_weights(f) if folded else 0)
     if lifted or permuted or merged:
         function_dce(f)
     concats_fused = fuse_concat_trees(f)
@@ -186,7 +192,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "merge_children_built": stats.lookahead_built,
         "windows": stats.windows, "windows_skipped": stats.windows_skipped, "timed_out": stats.timed_out,
         "rejected_sites": dict(stats.rejected.most_common(8)),
-        "weights_folded": pre_folded + folded, "generic_folded": generic_folded, "views_raised": views, "gathers_raised": gathers, "identities_dropped": identities, "splits_fused": splits_fused,
+        "weights_folded": pre_folded + folded, "generic_folded": generic_folded, "views_raised": views, "gathers_raised": gathers, "repeats_merged": repeats, "identities_dropped": identities, "splits_fused": splits_fused,
         "concats_fused": concats_fused,
         "matmuls_flattened": flattened, "matmuls_unflattened": unflattened, "matmul_biases_fused": biases,
         "elementwise_lifted": lifted, "weights_permuted": permuted, "weights_merged": merged,
@@ -196,7 +202,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
 
 
 #: what a function's report counts of the changes made to it (zero where the input is kept)
-_CHANGE_COUNTS = ("batchnorms_folded", "weights_folded", "generic_folded", "views_raised", "gathers_raised", "identities_dropped", "splits_fused", "concats_fused",
+_CHANGE_COUNTS = ("batchnorms_folded", "weights_folded", "generic_folded", "views_raised", "gathers_raised", "repeats_merged", "identities_dropped", "splits_fused", "concats_fused",
                   "matmuls_flattened", "matmuls_unflattened", "matmul_biases_fused", "elementwise_lifted",
                   "weights_permuted", "weights_merged", "reshapes_composed", "layout_lifted", "layout_chains", "row_chains_moved")
 #: of those, the ones that change nothing by themselves: matmuls flattened for the search, and restored
@@ -514,6 +520,9 @@ def format_report(rep: dict) -> str:
         if fr.get("views_raised") or fr.get("gathers_raised"):
             L.append(f"    raised before the search: {fr.get('views_raised', 0)} Squeeze/Unsqueeze/Flatten to reshapes, "
                      f"{fr.get('gathers_raised', 0)} Gathers of every index of an axis to splits")
+        if fr.get("repeats_merged"):
+            L.append(f"    {fr['repeats_merged']} ops that repeat an earlier op (same operands and attributes) merged "
+                     f"into it before the search")
         if fr.get("layout_lifted") or fr.get("reshapes_composed") or fr.get("layout_chains") \
                 or fr.get("row_chains_moved"):
             L.append(f"    {fr.get('layout_lifted', 0)} reshapes and transposes of split pieces lifted to one op on "

@@ -155,13 +155,14 @@ def test_end_to_end_in_onnxruntime(tmp_path):
              helper.make_node("Reshape", ["p", "heads"], ["ph"]),
              helper.make_node("Transpose", ["ph"], ["pt"], perm=[2, 1, 3, 0, 4]),  # (3, 2, 2, 6, 8)
              helper.make_node("Reshape", ["pt", "back"], ["y"]),
-             helper.make_node("Transpose", ["x"], ["xs2"], perm=[1, 0, 2]),
+             helper.make_node("Transpose", ["x2"], ["xs2"], perm=[1, 0, 2]),
              helper.make_node("Reshape", ["xs2", "rows"], ["xr"]),
              helper.make_node("MatMul", ["xr", "w_out"], ["o"]),
              helper.make_node("Reshape", ["o", "back16"], ["o3"]),
              helper.make_node("Transpose", ["o3"], ["z"], perm=[1, 0, 2])]  # back to batch-first
     inits.append(numpy_helper.from_array(np.array([6, 2, 16], np.int64), "back16"))
-    g = helper.make_graph(nodes, "mha", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 16])],
+    g = helper.make_graph(nodes, "mha", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 6, 16])
+                                         for n in ("x", "x2")],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 2, 48]),
                            helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 6, 16])], inits)
     src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
@@ -173,7 +174,7 @@ def test_end_to_end_in_onnxruntime(tmp_path):
     before = [n.op_type for n in onnx.load(str(src)).graph.node].count("Transpose")
     after = [n.op_type for n in onnx.load(str(out)).graph.node].count("Transpose")
     assert after < before, (before, after)
-    feeds = {"x": rng.standard_normal((2, 6, 16)).astype(np.float32)}
+    feeds = {n: rng.standard_normal((2, 6, 16)).astype(np.float32) for n in ("x", "x2")}
     assert_same_in_onnxruntime(src, out, feeds, rtol=1e-5, atol=1e-5)
 
 

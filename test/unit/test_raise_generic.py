@@ -1,6 +1,6 @@
 """Generic ONNX ops before the search: constants folded (``fold_generic``), Squeeze/Unsqueeze/Flatten
-raised to reshapes and gathers of every index to a split (``raise_generic``): the gather proof (and
-that it can fail), what is folded or raised and what is left alone, and end to end through
+raised to reshapes and gathers of every index to a split (``raise_generic``), repeated ops merged
+(``cse``): the gather proof (and that it can fail), what is folded or raised and what is left alone, and end to end through
 ``taso-opt --taso-search`` in onnxruntime (outputs equal, the report counts them)."""
 
 from __future__ import annotations
@@ -250,3 +250,32 @@ def test_an_op_with_an_omitted_optional_input_goes_through_the_search(tmp_path, 
     assert p.returncode == 0, p.stderr
     assert "onnxruntime: ok" in p.stderr
     assert [n.op_type for n in onnx.load(str(out)).graph.node] == ["Relu", op]
+
+
+def test_repeated_ops_are_merged():
+    """The padding mask reshaped and expanded once per layer: one of each is left. A random op and a
+    custom-domain op are never merged."""
+    from taso_mlir.passes.cse import eliminate_common_subexpressions
+
+    text = """func.func @f(%m: tensor<2x8xf32>, %x: tensor<2x4x8x8xf32>) -> (tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x8xf32>, tensor<2x8xf32>, tensor<2x8xf32>, tensor<2x8xf32>) {
+  %s = "taso.weight"() {name = "s", value = dense<[2, 4, 1, 8]> : tensor<4xsi64>} : () -> tensor<4xsi64>
+  %r1 = "taso.reshape"(%m) {shape = array<i64: 2, 1, 1, 8>} : (tensor<2x8xf32>) -> tensor<2x1x1x8xf32>
+  %e1 = "onnx.Expand"(%r1, %s) : (tensor<2x1x1x8xf32>, tensor<4xsi64>) -> tensor<2x4x1x8xf32>
+  %a1 = "taso.ewadd"(%x, %e1) : (tensor<2x4x8x8xf32>, tensor<2x4x1x8xf32>) -> tensor<2x4x8x8xf32>
+  %r2 = "taso.reshape"(%m) {shape = array<i64: 2, 1, 1, 8>} : (tensor<2x8xf32>) -> tensor<2x1x1x8xf32>
+  %e2 = "onnx.Expand"(%r2, %s) : (tensor<2x1x1x8xf32>, tensor<4xsi64>) -> tensor<2x4x1x8xf32>
+  %a2 = "taso.ewadd"(%a1, %e2) : (tensor<2x4x8x8xf32>, tensor<2x4x1x8xf32>) -> tensor<2x4x8x8xf32>
+  %n1 = "onnx.RandomNormalLike"(%m) : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  %n2 = "onnx.RandomNormalLike"(%m) : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  %c1 = "onnx.Gelu"(%m) {taso.domain = "com.microsoft"} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  %c2 = "onnx.Gelu"(%m) {taso.domain = "com.microsoft"} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  return %a1, %a2, %n1, %n2, %c1, %c2 : tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x8xf32>, tensor<2x8xf32>, tensor<2x8xf32>, tensor<2x8xf32>
+}"""
+    with make_context(), ir.Location.unknown():
+        m = ir.Module.parse(text)
+        f = m.body.operations[0].operation
+        assert eliminate_common_subexpressions(f) == 2
+        assert f.verify()
+        names = [o.operation.name for o in f.regions[0].blocks[0].operations]
+    assert names.count("taso.reshape") == 1 and names.count("onnx.Expand") == 1
+    assert names.count("onnx.RandomNormalLike") == 2 and names.count("onnx.Gelu") == 2

@@ -1,0 +1,50 @@
+"""Common subexpressions: an op that repeats an earlier op (same name, operands, attributes and result
+types) is replaced by it.
+
+Exporters repeat work per layer: ``nn.TransformerEncoder`` reshapes and expands the padding mask once
+for every layer. `taso` ops and ONNX operators are pure functions of their operands (ONNX has no side
+effects), so the repeat computes the same values; MLIR's own ``cse`` pass leaves them alone because
+IRDL-defined and unregistered ops declare no memory effects. Not merged: ops with randomness, ops of
+other domains (``taso.domain``: a custom op need not be pure), weights (each is its own tensor; equal
+folded weights are merged after the search).
+"""
+
+from __future__ import annotations
+
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.ops import named
+
+from .fold_generic import _RANDOM
+
+
+def _key(op: ir.Operation):
+    if op.name in ("taso.weight", "func.return") or len(op.regions) or "taso.domain" in op.attributes:
+        return None
+    if op.name.startswith("onnx."):
+        if op.name[len("onnx."):] in _RANDOM:
+            return None
+    elif not op.name.startswith("taso."):
+        return None
+    attrs = tuple(sorted((na.name, str(na.attr)) for na in named(op.attributes)))
+    return op.name, tuple(op.operands), attrs, tuple(str(r.type) for r in op.results)
+
+
+def eliminate_common_subexpressions(f: ir.Operation) -> int:
+    """Replace every op of ``f`` that repeats an earlier one by it (its results' uses re-pointed, the op
+    erased); returns the number of ops removed."""
+    seen: dict = {}
+    removed = 0
+    for o in list(f.regions[0].blocks[0].operations):
+        op = o.operation
+        k = _key(op)
+        if k is None:
+            continue
+        first = seen.get(k)
+        if first is None:
+            seen[k] = op
+            continue
+        for a, b in zip(op.results, first.results):
+            a.replace_all_uses_with(b)
+        op.erase()
+        removed += 1
+    return removed
