@@ -411,6 +411,15 @@ def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, of
 
             model = load_onnx(in_path)
             module = import_onnx(model, ctx, input_shapes=shapes, where=in_path)
+            if model.ir_version >= 4:  # (before IR 4 every initializer is listed as an input, and stays listed)
+                consts = {t.name for t in model.graph.initializer}
+                shadowed = [vi.name for vi in model.graph.input if vi.name in consts]
+                if shadowed:
+                    more = f" and {len(shadowed) - 3} more" if len(shadowed) > 3 else ""
+                    args.summary_lines.append(
+                        f"taso-opt: note: {len(shadowed)} graph input(s) with an initializer "
+                        f"({', '.join(repr(n) for n in shadowed[:3])}{more}) are taken as constants; the output "
+                        f"lists only the other inputs\n")
             del model
         else:
             name = "<stdin>" if in_path == "-" else in_path

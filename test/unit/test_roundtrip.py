@@ -523,3 +523,18 @@ def test_scale_round_trip(tmp_path, kind):
     check_initializers(original, out)
     check_nothing_dropped(original, out)
     assert_same_numbers(original, out, seeds=(0,))
+
+
+def test_initializers_listed_as_inputs_are_reported(tmp_path):
+    """A model exported with its weights also listed as graph inputs (keep_initializers_as_inputs): they
+    are taken as constants, and taso-opt says so instead of dropping them from the inputs silently."""
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+                           helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
+    src, dst = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), src)
+    p = taso_opt(src, "-o", dst)
+    assert "note: 1 graph input(s) with an initializer ('w') are taken as constants" in p.stderr, p.stderr
+    assert [i.name for i in onnx.load(str(dst)).graph.input] == ["x"]
