@@ -63,13 +63,20 @@ def fold_generic(f: ir.Operation, prefix: str, names: set) -> int:
         if outs is None or len(outs) != len(o.results) or \
                 any(tuple(a.shape) != tuple(type_shape(r.type)) for a, r in zip(outs, o.results)):
             continue
-        for r, arr in zip(o.results, outs):
-            i = len(names)
-            while f"{prefix}{i}" in names:
-                i += 1
-            names.add(f"{prefix}{i}")
-            with ir.InsertionPoint(o):
-                w = new_weight(f"{prefix}{i}", arr, r.type, loc=o.location)
+        made = []
+        try:
+            for r, arr in zip(o.results, outs):
+                i = len(names)
+                while f"{prefix}{i}" in names:
+                    i += 1
+                with ir.InsertionPoint(o):
+                    made.append(new_weight(f"{prefix}{i}", arr, r.type, loc=o.location))
+                names.add(f"{prefix}{i}")
+        except Exception:  # noqa: BLE001 - a value no weight can hold (an element type numpy has no match for)
+            for w in made:
+                w.erase()
+            continue
+        for r, w in zip(o.results, made):
             r.replace_all_uses_with(w.results[0])
             known[w.results[0]] = None
         o.erase()
