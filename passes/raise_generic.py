@@ -78,7 +78,10 @@ def gathers_to_split(f: ir.Operation) -> int:
         if got is not None:
             groups.setdefault(got[:2], []).append((op, got[2]))
     done = 0
-    for (data, axis), members in groups.items():
+    for (_data, axis), members in list(groups.items()):
+        # the data as it is now: raising an earlier group can have replaced it (an unbind of an
+        # unbind's piece), and the key's value is then gone
+        data = members[0][0].operands[0]
         shape = _shape(data)
         n = shape[axis]
         if not 2 <= n <= MAX_ARITY or {i for _op, i in members} != set(range(n)):

@@ -279,3 +279,28 @@ def test_repeated_ops_are_merged():
         names = [o.operation.name for o in f.regions[0].blocks[0].operations]
     assert names.count("taso.reshape") == 1 and names.count("onnx.Expand") == 1
     assert names.count("onnx.RandomNormalLike") == 2 and names.count("onnx.Gelu") == 2
+
+
+def test_an_unbind_of_an_unbind_piece():
+    """The second group gathers from a gather of the first: raised after it, from the value that
+    replaced that gather (the group's data as collected is gone by then)."""
+    text = """func.func @f(%x: tensor<2x2x4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<2x4xf32>) {
+  %i0 = "taso.weight"() {name = "i0", value = dense<0> : tensor<si64>} : () -> tensor<si64>
+  %i1 = "taso.weight"() {name = "i1", value = dense<1> : tensor<si64>} : () -> tensor<si64>
+  %a = "onnx.Gather"(%x, %i0) {axis = 0 : si64} : (tensor<2x2x4xf32>, tensor<si64>) -> tensor<2x4xf32>
+  %b = "onnx.Gather"(%x, %i1) {axis = 0 : si64} : (tensor<2x2x4xf32>, tensor<si64>) -> tensor<2x4xf32>
+  %a0 = "onnx.Gather"(%a, %i0) {axis = 0 : si64} : (tensor<2x4xf32>, tensor<si64>) -> tensor<4xf32>
+  %a1 = "onnx.Gather"(%a, %i1) {axis = 0 : si64} : (tensor<2x4xf32>, tensor<si64>) -> tensor<4xf32>
+  return %a0, %a1, %b : tensor<4xf32>, tensor<4xf32>, tensor<2x4xf32>
+}"""
+    with make_context(), ir.Location.unknown():
+        m = ir.Module.parse(text)
+        f = m.body.operations[0].operation
+        assert R.gathers_to_split(f) == 4
+        function_dce(f)
+        assert f.verify()
+        x = np.random.default_rng(1).standard_normal((2, 2, 4))
+        a0, a1, b = run_function(f, [x])
+    np.testing.assert_array_equal(a0, x[0, 0])
+    np.testing.assert_array_equal(a1, x[0, 1])
+    np.testing.assert_array_equal(b, x[1])
