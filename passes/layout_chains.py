@@ -201,12 +201,14 @@ def _plan_ops(shape: list, plan) -> list:
 
 
 def _is_row_step(op: ir.Operation) -> bool:
-    """A reshape or transpose that keeps the last axis as it is (it moves whole rows)."""
+    """A reshape or transpose that keeps the last axis as it is (it moves whole rows), between tensors of
+    rank 2 or more."""
     if op.name == "taso.transpose":
         perm = list(taso_attrs(op)["perm"])
         return perm[-1] == len(perm) - 1
     a, b = _shape(op.operands[0]), _shape(op.results[0])
-    return a is not None and b is not None and len(a) >= 1 and len(b) >= 1 and a[-1] == b[-1]
+    # (rank 2 at least on both sides: a matmul moved to either side needs rows)
+    return a is not None and b is not None and len(a) >= 2 and len(b) >= 2 and a[-1] == b[-1]
 
 
 def _with_last(steps: list, n: int) -> list:

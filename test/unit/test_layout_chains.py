@@ -199,3 +199,17 @@ def test_a_biased_2d_matmul_stays_2d():
                                        lambda f: LC.move_row_chains(f, get_cost_model("analytic")))
     assert n == 1 and names.count("taso.transpose") == 1
     np.testing.assert_array_equal(after[0], before[0])
+
+
+def test_rows_of_a_vector_do_not_move():
+    """reshape([3] -> [1, 3]) keeps the last axis but moved below the matmul it would leave it a vector
+    operand, which a matmul does not take."""
+    text = """func.func @f(%x: tensor<3xf32>) -> tensor<4xf32> {
+  %w = "taso.weight"() {name = "w", value = dense<0.5> : tensor<3x4xf32>} : () -> tensor<3x4xf32>
+  %a = "taso.reshape"(%x) {shape = array<i64: 1, 3>} : (tensor<3xf32>) -> tensor<1x3xf32>
+  %m = "taso.matmul"(%a, %w) {activation = "none"} : (tensor<1x3xf32>, tensor<3x4xf32>) -> tensor<1x4xf32>
+  %r = "taso.reshape"(%m) {shape = array<i64: 4>} : (tensor<1x4xf32>) -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}"""
+    names, n, _before, _after = run_pass(text, lambda f: LC.move_row_chains(f, get_cost_model("analytic")))
+    assert n == 0 and names.count("taso.reshape") == 2
