@@ -61,8 +61,9 @@ def fold_generic(f: ir.Operation, prefix: str, names: set) -> int:
         else:
             continue
         if outs is None or len(outs) != len(o.results) or \
-                any(tuple(a.shape) != tuple(type_shape(r.type)) for a, r in zip(outs, o.results)):
-            continue
+                any(tuple(a.shape) != tuple(type_shape(r.type)) or a.dtype != _dtype(r.type)
+                    for a, r in zip(outs, o.results)):
+            continue  # (a result the declared type does not describe: left to onnxruntime)
         made = []
         try:
             for r, arr in zip(o.results, outs):
@@ -82,6 +83,16 @@ def fold_generic(f: ir.Operation, prefix: str, names: set) -> int:
         o.erase()
         folded += 1
     return folded
+
+
+def _dtype(t: ir.Type):
+    """The numpy dtype of a tensor type's elements (None where numpy has none)."""
+    from taso_mlir.dialect.types import numpy_dtype, onnx_dtype_of_mlir
+
+    try:
+        return np.dtype(numpy_dtype(onnx_dtype_of_mlir(str(ir.RankedTensorType(t).element_type))))
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _small(t: ir.Type) -> bool:
