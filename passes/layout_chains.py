@@ -153,16 +153,10 @@ def compose_layout_chains(f: ir.Operation, cost_model) -> int:
             continue
         new = _plan_ops(shape, plan)
         dtype = str(elem_type(x))
-        old_cost = sum(cost_model.cost(_sig("transpose" if op.name == "taso.transpose" else "reshape",
-                                            _own(op), [_shape(op.operands[0])], [_shape(op.results[0])], dtype,
-                                            (False,))) for op in ops)
-        new_cost = sum(cost_model.cost(_sig(k, a, [s_in], [s_out], dtype, (False,))) for k, a, s_in, s_out in new)
-        if new_cost >= old_cost:
+        if _ops_cost(cost_model, new, dtype) >= _layout_cost(cost_model, _steps(ops), shape, dtype):
             continue
-        v = x
         with ir.InsertionPoint(end):
-            for k, a, _s_in, s_out in new:
-                v = create_taso_op(k, [v], [_tensor(s_out, x)], a, loc=end.location).results[0]
+            v = _emit(x, new, end.location)
         end.results[0].replace_all_uses_with(v)
         for op in reversed(ops):
             op.erase()
@@ -175,8 +169,16 @@ def _ends_chain(op: ir.Operation) -> bool:
     return not (len(uses) == 1 and _user(uses[0]).name in _LAYOUT)
 
 
-def _own(op: ir.Operation) -> dict:
-    return {"perm": list(taso_attrs(op)["perm"])} if op.name == "taso.transpose" else {"shape": _shape(op.results[0])}
+def _ops_cost(cm, ops: list, dtype: str) -> float:
+    """What ``cm`` charges for ops (kind, attrs, in shape, out shape), as ``_plan_ops`` gives them."""
+    return sum(cm.cost(_sig(k, a, [si], [so], dtype, (False,))) for k, a, si, so in ops)
+
+
+def _emit(v: ir.Value, ops: list, loc) -> ir.Value:
+    """The ops (as ``_plan_ops`` gives them) applied to ``v``, created at the current insertion point."""
+    for k, a, _si, so in ops:
+        v = create_taso_op(k, [v], [_tensor(so, v)], a, loc=loc).results[0]
+    return v
 
 
 def _plan_ops(shape: list, plan) -> list:
@@ -237,12 +239,13 @@ def _row_matmul(op: ir.Operation) -> bool:
 
 
 def _layout_cost(cm, steps: list, shape: list, dtype: str) -> float:
-    out, cur = 0.0, list(shape)
+    """What ``cm`` charges for the steps (``_steps``) applied to a tensor of ``shape``."""
+    ops, cur = [], list(shape)
     for k, a in steps:
         nxt = [cur[p] for p in a] if k == "transpose" else list(a)
-        out += cm.cost(_sig(k, {"perm": list(a)} if k == "transpose" else {"shape": nxt}, [cur], [nxt], dtype, (False,)))
+        ops.append((k, {"perm": list(a)} if k == "transpose" else {"shape": nxt}, cur, nxt))
         cur = nxt
-    return out
+    return _ops_cost(cm, ops, dtype)
 
 
 def move_row_chains(f: ir.Operation, cost_model) -> int:
@@ -294,15 +297,11 @@ def _sink(mm: ir.Operation, cm) -> bool:
     old = _layout_cost(cm, _steps(rows), _shape(x0), dtype) + _layout_cost(cm, _steps(after), _shape(mm.results[0]),
                                                                            dtype)
     new_ops = _plan_ops(start, plan)
-    new = sum(cm.cost(_sig(kd, a, [si], [so], dtype, (False,))) for kd, a, si, so in new_ops)
-    if new >= old:
+    if _ops_cost(cm, new_ops, dtype) >= old:
         return False
     end = after[-1] if after else mm
     with ir.InsertionPoint(end):
-        m2 = _clone_matmul(mm, x0, start)
-        v = m2.results[0]
-        for kd, a, _si, so in new_ops:
-            v = create_taso_op(kd, [v], [_tensor(so, x0)], a, loc=mm.location).results[0]
+        v = _emit(_clone_matmul(mm, x0, start).results[0], new_ops, mm.location)
     end.results[0].replace_all_uses_with(v)
     for op in reversed(after):
         op.erase()
@@ -335,15 +334,11 @@ def _hoist(mm: ir.Operation, cm) -> bool:
     new_ops = _plan_ops(_shape(x0), plan)
     if not _keeps_gemm(mm, len(new_ops[-1][3]) if new_ops else len(_shape(x0))):
         return False
-    new = sum(cm.cost(_sig(kd, a, [si], [so], dtype, (False,))) for kd, a, si, so in new_ops)
-    if new >= old:
+    if _ops_cost(cm, new_ops, dtype) >= old:
         return False
     last = rows[-1]
     with ir.InsertionPoint(last):
-        v = x0
-        for kd, a, _si, so in new_ops:
-            v = create_taso_op(kd, [v], [_tensor(so, x0)], a, loc=mm.location).results[0]
-        m2 = _clone_matmul(mm, v, _shape(last.results[0]))
+        m2 = _clone_matmul(mm, _emit(x0, new_ops, mm.location), _shape(last.results[0]))
     last.results[0].replace_all_uses_with(m2.results[0])
     for op in reversed(rows):
         op.erase()
