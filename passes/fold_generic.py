@@ -67,12 +67,8 @@ def fold_generic(f: ir.Operation, prefix: str, names: set) -> int:
         made = []
         try:
             for r, arr in zip(o.results, outs):
-                i = len(names)
-                while f"{prefix}{i}" in names:
-                    i += 1
                 with ir.InsertionPoint(o):
-                    made.append(new_weight(f"{prefix}{i}", arr, r.type, loc=o.location))
-                names.add(f"{prefix}{i}")
+                    made.append(new_weight(fresh_name(prefix, names), arr, r.type, loc=o.location))
         except Exception:  # noqa: BLE001 - a value no weight can hold (an element type numpy has no match for)
             for w in made:
                 w.erase()
@@ -93,6 +89,15 @@ def _dtype(t: ir.Type):
         return np.dtype(numpy_dtype(onnx_dtype_of_mlir(str(ir.RankedTensorType(t).element_type))))
     except Exception:  # noqa: BLE001
         return None
+
+
+def fresh_name(prefix: str, names: set) -> str:
+    """``<prefix><i>`` for the first ``i`` from ``len(names)`` that is not in ``names``, added to them."""
+    i = len(names)
+    while f"{prefix}{i}" in names:
+        i += 1
+    names.add(f"{prefix}{i}")
+    return f"{prefix}{i}"
 
 
 def _small(t: ir.Type) -> bool:

@@ -43,7 +43,7 @@ from .lift_layout import lift_layout
 from .matmul_bias import fuse_matmul_bias
 from .raise_generic import gathers_to_split, views_to_reshapes
 from .fold_batchnorm import fold_function
-from .fold_generic import fold_generic
+from .fold_generic import fold_generic, fresh_name
 
 _REWRITES: dict = {}
 #: the report of the last run in this process (taso-bench reads it)
@@ -350,11 +350,7 @@ def fold_weights(f: ir.Operation) -> int:
         attrs = {k: v for k, v in taso_attrs(op).items()}
         outs = specs.evaluate(kind, ins, attrs, [tuple(ir.RankedTensorType(r.type).shape) for r in op.results])
         for r, arr in zip(op.results, outs):
-            i = len(names)
-            while f"{FOLDED_PREFIX}{i}" in names:
-                i += 1
-            wname = f"{FOLDED_PREFIX}{i}"
-            names.add(wname)
+            wname = fresh_name(FOLDED_PREFIX, names)
             with ir.InsertionPoint(op):
                 w = new_weight(wname, arr, r.type, loc=op.location)
             r.replace_all_uses_with(w.results[0])
