@@ -49,6 +49,20 @@ def _fold(text: str):
         return n, [o.name for o in ops], values
 
 
+def _applied(text: str, apply, *inputs) -> tuple:
+    """Parse the one function of ``text``, call ``apply(f)``, remove dead ops and verify: (``apply``'s
+    result, the op names left, the function's outputs on ``inputs`` with the reference semantics)."""
+    with make_context(), ir.Location.unknown():
+        m = ir.Module.parse(text)
+        f = m.body.operations[0].operation
+        n = apply(f)
+        function_dce(f)
+        assert f.verify()
+        names = [o.operation.name for o in f.regions[0].blocks[0].operations]
+        outs = run_function(f, list(inputs)) if inputs else None
+    return n, names, outs
+
+
 SCALE = """func.func @f(%x: tensor<2x64xf32>) -> tensor<2x64xf32> {
   %s = "onnx.Shape"(%x) {start = -1 : si64} : (tensor<2x64xf32>) -> tensor<1xsi64>
   %c = "onnx.Cast"(%s) {to = 1 : si64} : (tensor<1xsi64>) -> tensor<1xf32>
@@ -115,13 +129,7 @@ def test_gathers_of_every_index_become_a_split():
     """Indices 0 and -2 (= 1) of an axis of 3 are not all of it: nothing changes; add index 2 and the
     three are one split."""
     def names_after(text):
-        with make_context(), ir.Location.unknown():
-            m = ir.Module.parse(text)
-            f = m.body.operations[0].operation
-            n = R.gathers_to_split(f)
-            function_dce(f)
-            assert f.verify()
-            return n, [o.operation.name for o in f.regions[0].blocks[0].operations]
+        return _applied(text, R.gathers_to_split)[:2]
 
     n, names = names_after(HEADS)
     assert n == 0 and names.count("onnx.Gather") == 3
@@ -148,15 +156,9 @@ def test_views_become_reshapes():
   %f = "onnx.Flatten"(%t) {axis = 2 : si64} : (tensor<3x2xf32>) -> tensor<6x1xf32>
   return %f : tensor<6x1xf32>
 }"""
-    with make_context(), ir.Location.unknown():
-        m = ir.Module.parse(text)
-        f = m.body.operations[0].operation
-        assert R.views_to_reshapes(f) == 3
-        function_dce(f)
-        assert f.verify()
-        names = [o.operation.name for o in f.regions[0].blocks[0].operations]
-        x = np.random.default_rng(1).standard_normal((2, 3))
-        (y,) = run_function(f, [x])
+    x = np.random.default_rng(1).standard_normal((2, 3))
+    n, names, (y,) = _applied(text, R.views_to_reshapes, x)
+    assert n == 3
     assert names == ["taso.reshape", "taso.relu", "taso.reshape", "taso.transpose", "taso.reshape", "func.return"]
     np.testing.assert_array_equal(y, np.maximum(x, 0).T.reshape(6, 1))
 
@@ -167,9 +169,7 @@ def test_a_squeeze_of_axes_given_at_run_time_stays():
   %s = "onnx.Squeeze"(%x, %ax) : (tensor<2x1x3xf32>, tensor<1xsi64>) -> tensor<2x3xf32>
   return %s : tensor<2x3xf32>
 }"""
-    with make_context(), ir.Location.unknown():
-        m = ir.Module.parse(text)
-        assert R.views_to_reshapes(m.body.operations[0].operation) == 0
+    assert _applied(text, R.views_to_reshapes)[0] == 0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -271,12 +271,8 @@ def test_repeated_ops_are_merged():
   %c2 = "onnx.Gelu"(%m) {taso.domain = "com.microsoft"} : (tensor<2x8xf32>) -> tensor<2x8xf32>
   return %a1, %a2, %n1, %n2, %c1, %c2 : tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x8xf32>, tensor<2x8xf32>, tensor<2x8xf32>, tensor<2x8xf32>
 }"""
-    with make_context(), ir.Location.unknown():
-        m = ir.Module.parse(text)
-        f = m.body.operations[0].operation
-        assert eliminate_common_subexpressions(f) == 2
-        assert f.verify()
-        names = [o.operation.name for o in f.regions[0].blocks[0].operations]
+    n, names, _ = _applied(text, eliminate_common_subexpressions)
+    assert n == 2
     assert names.count("taso.reshape") == 1 and names.count("onnx.Expand") == 1
     assert names.count("onnx.RandomNormalLike") == 2 and names.count("onnx.Gelu") == 2
 
@@ -293,14 +289,9 @@ def test_an_unbind_of_an_unbind_piece():
   %a1 = "onnx.Gather"(%a, %i1) {axis = 0 : si64} : (tensor<2x4xf32>, tensor<si64>) -> tensor<4xf32>
   return %a0, %a1, %b : tensor<4xf32>, tensor<4xf32>, tensor<2x4xf32>
 }"""
-    with make_context(), ir.Location.unknown():
-        m = ir.Module.parse(text)
-        f = m.body.operations[0].operation
-        assert R.gathers_to_split(f) == 4
-        function_dce(f)
-        assert f.verify()
-        x = np.random.default_rng(1).standard_normal((2, 2, 4))
-        a0, a1, b = run_function(f, [x])
+    x = np.random.default_rng(1).standard_normal((2, 2, 4))
+    n, _names, (a0, a1, b) = _applied(text, R.gathers_to_split, x)
+    assert n == 4
     np.testing.assert_array_equal(a0, x[0, 0])
     np.testing.assert_array_equal(a1, x[0, 1])
     np.testing.assert_array_equal(b, x[1])
