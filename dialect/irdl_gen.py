@@ -8,6 +8,8 @@ specs (IRDL cannot express them).
 
 from __future__ import annotations
 
+import sys
+
 from .mlir import ir, irdl
 from .specs import MAX_ARITY, SPECS
 
@@ -73,13 +75,32 @@ def taso_irdl_text() -> str:
 
 
 def load_taso_dialect(ctx: ir.Context) -> None:
-    """Parse the generated IRDL and register the `taso` dialect in ``ctx``. The IRDL module is kept
-    alive on the context object, since the loaded dialect refers to it."""
+    """Parse the generated IRDL and register the `taso` dialect in ``ctx``. The loaded dialect refers
+    to the IRDL module, so the module is kept (in ``_KEEP``) as long as anything else holds the
+    context; ``release_unused_contexts`` lets both go after that."""
+    release_unused_contexts()
     with ctx, ir.Location.unknown():
         m = ir.Module.parse(taso_irdl_text())
         irdl.load_dialects(m)
-    # keep the definitions alive as long as the context
     _KEEP.setdefault(id(ctx), []).append((ctx, m))
+
+
+def release_unused_contexts() -> int:
+    """Drop the IRDL modules of contexts that nothing but ``_KEEP`` holds any more: the module and then
+    the context are destroyed, with every weight the context stores (dense attributes live as long as
+    their context). Every Python handle into a context (its modules, operations, values, types,
+    attributes, an active ``with ctx:``) holds a reference to it, so a context is unused when its
+    reference count is what ``_KEEP`` accounts for: one per kept (context, module) pair, one per kept
+    module's own handle, plus this function's variable and the count's argument. Returns how many
+    contexts were released."""
+    released = 0
+    for key, kept in list(_KEEP.items()):
+        c = kept[0][0]
+        if sys.getrefcount(c) <= 2 * len(kept) + 2:
+            del c
+            del _KEEP[key]  # (the tuples go, then each module, then the context)
+            released += 1
+    return released
 
 
 _KEEP: dict[int, list] = {}

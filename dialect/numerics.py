@@ -96,13 +96,31 @@ def index_bounds(model: onnx.ModelProto) -> dict:
     return out
 
 
+def input_shapes(model: onnx.ModelProto) -> dict:
+    """The graph inputs of ``model`` (initializers excluded): name -> dims, an int where the dimension is
+    fixed, else None. (For ``random_feeds``'s ``like``, without building a session.)"""
+    consts = {t.name for t in model.graph.initializer}
+    out = {}
+    for i in model.graph.input:
+        if i.name in consts or not i.type.HasField("tensor_type"):
+            continue
+        out[i.name] = [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
+    return out
+
+
 def random_feeds(session, rng: np.random.Generator, like=None, bounds: Optional[dict] = None) -> dict:
     """Random inputs for ``session``'s model. A dimension it leaves open takes the size the same input
-    has in ``like``'s model (a session of the model made static with ``--input-shape``), else 1. An
-    integer input is drawn from 0 up to its bound in ``bounds`` (``index_bounds``), else 0 or 1."""
+    has in ``like`` (a session of the model made static with ``--input-shape``, or ``input_shapes`` of
+    it), else 1. An integer input is drawn from 0 up to its bound in ``bounds`` (``index_bounds``), else
+    0 or 1."""
     from .ops import _max_materialize_bytes
 
-    fixed = {i.name: i.shape for i in like.get_inputs()} if like is not None else {}
+    if like is None:
+        fixed = {}
+    elif isinstance(like, dict):
+        fixed = like
+    else:
+        fixed = {i.name: i.shape for i in like.get_inputs()}
     feeds = {}
     total = 0
     for i in session.get_inputs():
@@ -126,35 +144,47 @@ def random_feeds(session, rng: np.random.Generator, like=None, bounds: Optional[
     return feeds
 
 
-def _session(model: onnx.ModelProto, what: str):
+def _session(model, what: str):
+    """An onnxruntime CPU session of ``model``: a ModelProto, or the path of an ONNX file (read by
+    onnxruntime itself, which maps external data instead of copying it)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     try:
-        return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        src = model if isinstance(model, str) else model.SerializeToString()
+        return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
     except Exception as e:
         raise TasoError(f"onnxruntime cannot load the {what} model: {one_line(e)}") from None
 
 
-def compare_models(a: onnx.ModelProto, b: onnx.ModelProto, trials: int = 2, seed: int = 0) -> NumericReport:
-    """Run both models on ``trials`` random inputs; report the largest output difference."""
-    sa, sb = _session(a, "input"), _session(b, "output")
+def compare_models(a, b, trials: int = 2, seed: int = 0, bounds: Optional[dict] = None,
+                   like: Optional[dict] = None) -> NumericReport:
+    """Run both models on ``trials`` random inputs; report the largest output difference. ``a`` and
+    ``b`` are ModelProtos or paths of ONNX files. The models run one after the other, so that only one
+    session's weights are in memory at a time. ``bounds`` (``index_bounds`` of ``a``) and ``like``
+    (``input_shapes`` of ``b``) are worked out from the models where not given."""
+    if bounds is None:
+        bounds = index_bounds(a if isinstance(a, onnx.ModelProto) else onnx.load(a, load_external_data=False))
+    if like is None:
+        like = input_shapes(b if isinstance(b, onnx.ModelProto) else onnx.load(b, load_external_data=False))
+    rng = np.random.default_rng(seed)
+    sa = _session(a, "input")
     names_a = [o.name for o in sa.get_outputs()]
+    feeds = [random_feeds(sa, rng, like=like, bounds=bounds) for _ in range(trials)]
+    try:
+        results_a = [sa.run(None, f) for f in feeds]
+    except Exception as e:
+        raise TasoError(f"onnxruntime cannot run the input model on random inputs: {one_line(e)}") from None
+    del sa
+    sb = _session(b, "output")
     names_b = [o.name for o in sb.get_outputs()]
     if names_a != names_b:
         raise TasoError(f"output names differ: {names_a} vs {names_b}")
-    rng = np.random.default_rng(seed)
-    bounds = index_bounds(a)
     max_abs, scale, worst, tolerance = 0.0, 1.0, 0.0, 1e-5
-    for _ in range(trials):
-        feeds = random_feeds(sa, rng, like=sb, bounds=bounds)
+    for f, ra in zip(feeds, results_a):
         try:
-            ra = sa.run(None, feeds)
-        except Exception as e:
-            raise TasoError(f"onnxruntime cannot run the input model on random inputs: {one_line(e)}") from None
-        try:
-            rb = sb.run(None, feeds)
+            rb = sb.run(None, f)
         except Exception as e:
             raise TasoError(f"onnxruntime cannot run the output model: {one_line(e)}") from None
         for x, y in zip(ra, rb):

@@ -462,10 +462,12 @@ def write_direct(path: str, write) -> None:
         raise TasoError(f"{path}: cannot write ({e.strerror})") from None
 
 
-def write_atomic(path: str, write, what: str = "") -> None:
+def write_atomic(path: str, write, what: str = "", check=None) -> None:
     """``write(f)`` into ``path`` atomically: a temporary file beside it, renamed into place, with the
-    mode ``open()`` would give it (or that of the file it replaces). Devices and pipes are written in
-    place. Nothing is left behind on failure; errors are one-line TasoErrors."""
+    mode ``open()`` would give it (or that of the file it replaces). ``check(temporary path)``, where
+    given, runs before the rename and may refuse the file with a TasoError. Devices and pipes are
+    written in place (and checked by the caller). Nothing is left behind on failure; errors are
+    one-line TasoErrors."""
     given = path
     path, direct = output_target(path)
     if direct:  # -o /dev/null, a pipe: a rename would replace the device node
@@ -485,20 +487,25 @@ def write_atomic(path: str, write, what: str = "") -> None:
         os.fchmod(fd, os.stat(path).st_mode & 0o7777 if os.path.isfile(path) else 0o666 & ~mask)
         with os.fdopen(fd, "wb") as f:
             write(f)
+        if check is not None:
+            check(tmp)
         os.replace(tmp, path)
     except Exception as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, TasoError):
+            raise
         reason = e.strerror if isinstance(e, OSError) and e.strerror else one_line(e)
         raise TasoError(f"{given}: cannot write{what} ({reason})") from None
 
 
-def save_onnx(model: onnx.ModelProto, path: str) -> None:
+def save_onnx(model: onnx.ModelProto, path: str, check=None) -> None:
     """Write atomically (``write_atomic``). Models of 2 GB or more keep their weights in ONNX external
     data, ``<file>.data`` beside the model, written in a temporary folder and renamed into place data
-    first, so the model never points at missing data."""
+    first, so the model never points at missing data. ``check(path of the written model)`` runs before
+    anything is renamed into place (the numeric check reads the very file that is then kept)."""
     if _fits(model):
-        write_atomic(path, lambda f: _write_model(model, f), " ONNX output")
+        write_atomic(path, lambda f: _write_model(model, f), " ONNX output", check=check)
         return
     given = path
     path, direct = output_target(path)
@@ -517,8 +524,12 @@ def save_onnx(model: onnx.ModelProto, path: str) -> None:
         data = base + ".data"
         onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
                         location=data, size_threshold=1024)
+        if check is not None:
+            check(tmp)
         os.replace(os.path.join(tmpdir, data), os.path.join(d, data))
         os.replace(tmp, path)
+    except TasoError:
+        raise
     except Exception as e:
         raise TasoError(f"{given}: cannot write ONNX output ({one_line(e)})") from None
     finally:

@@ -176,25 +176,26 @@ def _main(argv: list[str]) -> int:
                 raise
             sys.stderr.write(f"taso-opt: error: {e}\n")
             failures += 1
+    from taso_mlir.dialect.irdl_gen import release_unused_contexts
+
+    release_unused_contexts()  # (the contexts' copies of the weights, before the numeric check's sessions)
+    check = None
     if args.verify_numerics:
         if in_kind != "onnx" or out_kind != "onnx":
             raise TasoError("--verify-numerics needs an .onnx input and an .onnx output")
-        from taso_mlir.dialect.numerics import compare_models
-        from taso_mlir.dialect.onnx_import import load_onnx
-
-        rep = compare_models(load_onnx(in_path), outputs[0])
-        line = (f"numerics: max |difference| {rep.max_abs:.3g} (output scale {rep.scale:.3g}) over "
-                f"{rep.outputs} output(s), {rep.trials} random input sets, onnxruntime")
-        if not rep.ok:
-            raise TasoError(line + f": exceeds {rep.tolerance:.3g} x scale; nothing written")
-        args.summary_lines.append(f"taso-opt: {line}: ok\n")  # (with the census, once the output is written)
+        check = _numeric_check(args, in_path, outputs[0])
     if out_kind == "onnx":
-        from taso_mlir.dialect.onnx_export import save_onnx
+        from taso_mlir.dialect.onnx_export import output_target, save_onnx
 
-        if out_path == "-":
-            sys.stdout.buffer.write(outputs[0].SerializeToString())
-        else:
-            save_onnx(outputs[0], out_path)
+        if out_path == "-" or output_target(out_path)[1]:  # stdout, a device: checked before any byte goes out
+            if check is not None:
+                check(outputs[0])
+            if out_path == "-":
+                sys.stdout.buffer.write(outputs[0].SerializeToString())
+            else:
+                save_onnx(outputs[0], out_path)
+        else:  # the written file is checked before it is renamed into place
+            save_onnx(outputs[0], out_path, check=check)
     elif out_kind == "bytecode":
         _write_bytes(out_path, b"".join(outputs))
     else:
@@ -202,6 +203,26 @@ def _main(argv: list[str]) -> int:
     for line in args.summary_lines:
         sys.stderr.write(line)
     return cli.EXIT_ERROR if failures else 0
+
+
+def _numeric_check(args, in_path: str, output):
+    """The check of the optimized model against the input in onnxruntime: a function of the output (a
+    ModelProto, or the path of the written file). The input runs from its file (ONNX input is always a
+    file), so that its weights are not held twice; one-line TasoError where they disagree."""
+    from taso_mlir.dialect.errors import TasoError
+    from taso_mlir.dialect.numerics import compare_models, input_shapes
+
+    like = input_shapes(output)
+
+    def check(out) -> None:
+        rep = compare_models(in_path, out, bounds=args.index_bounds, like=like)
+        line = (f"numerics: max |difference| {rep.max_abs:.3g} (output scale {rep.scale:.3g}) over "
+                f"{rep.outputs} output(s), {rep.trials} random input sets, onnxruntime")
+        if not rep.ok:
+            raise TasoError(line + f": exceeds {rep.tolerance:.3g} x scale; nothing written")
+        args.summary_lines.append(f"taso-opt: {line}: ok\n")  # (with the census, once the output is written)
+
+    return check
 
 
 def _add_search_options(pipeline: str, opts: list) -> str:
@@ -411,6 +432,10 @@ def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, of
 
             model = load_onnx(in_path)
             module = import_onnx(model, ctx, input_shapes=shapes, where=in_path)
+            if args.verify_numerics:  # (what the numeric check needs of the input, before it is let go)
+                from taso_mlir.dialect.numerics import index_bounds
+
+                args.index_bounds = index_bounds(model)
             if model.ir_version >= 4:  # (before IR 4 every initializer is listed as an input, and stays listed)
                 consts = {t.name for t in model.graph.initializer}
                 shadowed = [vi.name for vi in model.graph.input if vi.name in consts]

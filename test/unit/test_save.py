@@ -83,3 +83,56 @@ def test_model_size_bound_is_an_upper_bound():
     model.graph.initializer.append(h.make_tensor("f", T.FLOAT, [2], [1.0, 2.0]))  # typed data: measured
     bound, size = onnx_export.model_size_bound(model), model.ByteSize()
     assert size <= bound <= size + 1024
+
+
+def _write_input(tmp_path, model):
+    src = tmp_path / "in.onnx"
+    onnx.save(model, src)
+    return src, src.read_bytes()
+
+
+@pytest.mark.parametrize("over_the_limit", [False, True])
+def test_numeric_check_reads_the_written_file_before_it_is_kept(tmp_path, monkeypatch, capsys, over_the_limit):
+    # taso-opt checks the very file it is about to rename into place; an output that disagrees with the
+    # input is refused with one line and leaves nothing behind (no output, no temporary, no .data), an
+    # earlier output at that path is left as it was, and the input is untouched.
+    from taso_mlir.tools import taso_opt
+
+    if over_the_limit:  # the external-data path: a temporary folder, checked before the renames
+        monkeypatch.setattr(onnx_export, "_TWO_GB", 64 * 1024)
+    model, w = _model()
+    src, before = _write_input(tmp_path, model)
+    out = tmp_path / "out.onnx"
+    assert taso_opt.main([str(src), "-o", str(out), "--verify-numerics"]) == 0
+    assert "numerics: max |difference| 0 " in capsys.readouterr().err
+    kept = sorted(os.listdir(tmp_path))
+    assert kept == sorted(["in.onnx", "out.onnx"] + (["out.onnx.data"] if over_the_limit else []))
+    previous = out.read_bytes()
+
+    real_export = onnx_export.export_onnx
+
+    def wrong(module):  # an "optimizer" that changes one weight
+        m = real_export(module)
+        init = m.graph.initializer[0]
+        init.CopyFrom(nh.from_array(nh.to_array(init) * 1.01, init.name))
+        return m
+
+    monkeypatch.setattr(onnx_export, "export_onnx", wrong)
+    assert taso_opt.main([str(src), "-o", str(out), "--verify-numerics"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "exceeds" in err[0] and "nothing written" in err[0], err
+    assert sorted(os.listdir(tmp_path)) == kept  # no temporary left
+    assert out.read_bytes() == previous and src.read_bytes() == before
+
+
+def test_compare_models_takes_paths_and_protos(tmp_path):
+    from taso_mlir.dialect.numerics import compare_models
+
+    model, _ = _model(16)
+    src, _ = _write_input(tmp_path, model)
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(model)
+    wrong.graph.initializer[0].CopyFrom(nh.from_array(nh.to_array(model.graph.initializer[0]) * 2, "w"))
+    assert compare_models(str(src), model).max_abs == 0
+    assert compare_models(model, str(src)).max_abs == 0
+    assert not compare_models(str(src), wrong).ok
