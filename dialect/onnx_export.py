@@ -462,6 +462,16 @@ def write_direct(path: str, write) -> None:
         raise TasoError(f"{path}: cannot write ({e.strerror})") from None
 
 
+def _new_file_mode(path: str) -> int:
+    """The mode a file written at ``path`` gets: that of the file it replaces, else what ``open()``
+    would give a new file (0666 less the umask)."""
+    if os.path.isfile(path):
+        return os.stat(path).st_mode & 0o7777
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_atomic(path: str, write, what: str = "", check=None) -> None:
     """``write(f)`` into ``path`` atomically: a temporary file beside it, renamed into place, with the
     mode ``open()`` would give it (or that of the file it replaces). ``check(temporary path)``, where
@@ -482,9 +492,7 @@ def write_atomic(path: str, write, what: str = "", check=None) -> None:
         raise TasoError(f"{given}: cannot write{what} ({e.strerror})") from None
     try:
         # mkstemp makes the file 0600: give it what open() would (or the mode of the file it replaces)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.fchmod(fd, os.stat(path).st_mode & 0o7777 if os.path.isfile(path) else 0o666 & ~mask)
+        os.fchmod(fd, _new_file_mode(path))
         with os.fdopen(fd, "wb") as f:
             write(f)
         if check is not None:
@@ -524,6 +532,9 @@ def save_onnx(model: onnx.ModelProto, path: str, check=None) -> None:
         data = base + ".data"
         onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
                         location=data, size_threshold=1024)
+        # (onnx writes the data file 0600)
+        os.chmod(tmp, _new_file_mode(path))
+        os.chmod(os.path.join(tmpdir, data), _new_file_mode(os.path.join(d, data)))
         if check is not None:
             check(tmp)
         os.replace(os.path.join(tmpdir, data), os.path.join(d, data))

@@ -36,6 +36,10 @@ def test_external_data_when_over_the_limit(tmp_path, monkeypatch):
     assert (tmp_path / "big.onnx.data").stat().st_size >= w.nbytes
     assert path.stat().st_size < 64 * 1024
     assert sorted(os.listdir(tmp_path)) == ["big.onnx", "big.onnx.data"]  # no temporaries left
+    mask = os.umask(0)
+    os.umask(mask)
+    for f in ("big.onnx", "big.onnx.data"):  # what open() gives a new file (onnx writes the data 0600)
+        assert (tmp_path / f).stat().st_mode & 0o777 == 0o666 & ~mask, f
     back = load_onnx(str(path))  # reads the external data
     onnx.checker.check_model(str(path), full_check=True)
     x = np.ones((2, 512), np.float32)
