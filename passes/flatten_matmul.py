@@ -130,6 +130,124 @@ def unflatten_matmuls(f: ir.Operation) -> int:
     return done
 
 
+def unflatten_split_matmuls(f: ir.Operation, cost_model) -> int:
+    """Where the search merged flattened matmuls, ``split(matmul(reshape(x, [rows, K]), W), axis=1)``
+    with ``x`` of shape ``lead + [K]``: read ``x`` itself, ``split(matmul(x, W), axis=len(lead))``, so
+    that the reshapes around it go. A piece's reshape takes the 3-D piece instead (a row-major
+    reshape of a reshape is one reshape; one to ``lead + [n]`` is the piece itself); a piece's other
+    users get a reshape of it to ``[rows, n]``. Done where ``cost_model`` charges less for that (with
+    ``cost-model=cpu`` a 3-D MatMul + Add can time slower than the 2-D Gemm). The element identity
+    is ``unflatten_matmuls``'s (``prove``) with split's on the column index (``check_split_identity``).
+    Returns the number of splits rewritten."""
+    from .lift_elementwise import _sig
+
+    block = f.regions[0].blocks[0]
+    done = 0
+    for o in list(block.operations):
+        split = o.operation
+        if split.name != "taso.split" or taso_attrs(split)["axis"] != 1:
+            continue
+        m = _owner(split.operands[0])
+        if m is None or m.name != "taso.matmul" or sum(1 for _ in m.results[0].uses) != 1:
+            continue
+        flat = _owner(m.operands[0])
+        if flat is None or flat.name != "taso.reshape":
+            continue
+        x, w = flat.operands[0], m.operands[1]
+        xs, ws, ys = _shape(x), _shape(w), _shape(m.operands[0])
+        if None in (xs, ws, ys) or len(xs) < 3 or len(ws) != 2 or ys != [math.prod(xs[:-1]), xs[-1]]:
+            continue
+        lead = xs[:-1]
+        users = [[_user(u) for u in r.uses] for r in split.results]
+        sizes = list(taso_attrs(split)["sizes"])
+        gone = [u for us in users for u in us if u.name == "taso.reshape" and _shape(u.results[0]) == lead + [_shape(u.operands[0])[-1]]]
+        added = [i for i, us in enumerate(users) if any(u.name != "taso.reshape" for u in us)]
+        flat_goes = sum(1 for _ in flat.results[0].uses) == 1
+        if flat_goes:
+            gone.append(flat)
+        dtype = str(ir.RankedTensorType(x.type).element_type)
+        weights = (False,) + tuple(_owner(v) is not None and _owner(v).name == "taso.weight" for v in list(m.operands)[1:])
+        operand_shapes = [_shape(v) for v in list(m.operands)[1:]]
+        n = ws[-1]
+        rows = ys[0]
+
+        def cost(kind, attrs, ins, outs, w=None):
+            return cost_model.cost(_sig(kind, attrs, ins, outs, dtype, w or (False,) * len(ins)))
+
+        old_cost = (cost("matmul", taso_attrs(m), [ys] + operand_shapes, [[rows, n]], weights)
+                    + cost("split", {"axis": 1, "sizes": sizes}, [[rows, n]], [[rows, k] for k in sizes])
+                    + sum(cost("reshape", {"shape": _shape(u.results[0])}, [_shape(u.operands[0])], [_shape(u.results[0])])
+                          for u in gone))
+        new_cost = (cost("matmul", taso_attrs(m), [xs] + operand_shapes, [lead + [n]], weights)
+                    + cost("split", {"axis": len(lead), "sizes": sizes}, [lead + [n]], [lead + [k] for k in sizes])
+                    + sum(cost("reshape", {"shape": [rows, sizes[i]]}, [lead + [sizes[i]]], [[rows, sizes[i]]])
+                          for i in added))
+        if new_cost >= old_cost:
+            continue
+        with ir.InsertionPoint(split):
+            m3 = create_taso_op("matmul", [x] + list(m.operands)[1:], [_tensor(lead + [ws[-1]], x)], taso_attrs(m),
+                                loc=m.location)
+            s3 = create_taso_op("split", [m3.results[0]], [_tensor(lead + [n], x) for n in sizes],
+                                {"axis": len(lead), "sizes": sizes}, loc=split.location)
+        for i, piece in enumerate(split.results):
+            new = s3.results[i]
+            flat_piece = None
+            for u in users[i]:
+                if u.name == "taso.reshape":
+                    if _shape(u.results[0]) == lead + [sizes[i]]:
+                        u.results[0].replace_all_uses_with(new)
+                        u.erase()
+                    else:
+                        u.operands[0] = new
+                    continue
+                if flat_piece is None:
+                    with ir.InsertionPoint(split):  # (after the new split, before every user of the old)
+                        flat_piece = create_taso_op("reshape", [new], [piece.type], {"shape": _shape(piece)},
+                                                    loc=split.location)
+                for k, operand in enumerate(u.operands):
+                    if operand == piece:
+                        u.operands[k] = flat_piece.results[0]
+        split.erase()
+        m.erase()
+        if flat_goes:
+            flat.erase()
+        done += 1
+    return done
+
+
+def _split_pieces_match(lead, sizes, flat_axis: int = 1) -> bool:
+    """On an ``arange`` tensor of shape ``lead + [sum(sizes)]``: the pieces of its flattened form split
+    on ``flat_axis``, reshaped to the 3-D pieces' shapes, equal the pieces of the split on the last axis
+    (and the other way round). ``flat_axis`` 1 is the identity ``unflatten_split_matmuls`` uses."""
+    import numpy as np
+
+    n = sum(sizes)
+    m = np.arange(math.prod(lead) * n).reshape(list(lead) + [n])
+    cuts = np.cumsum(sizes)[:-1]
+    flat = np.split(m.reshape(-1, n), cuts * (m.reshape(-1, n).shape[flat_axis] // n), axis=flat_axis)
+    whole = np.split(m, cuts, axis=-1)
+    return all(p.size == q.size and np.array_equal(p.reshape(q.shape), q) and np.array_equal(q.reshape(p.shape), p)
+               for p, q in zip(flat, whole))
+
+
+def check_split_identity(max_rank: int = 4, max_dim: int = 3) -> int:
+    """Exhaustive check of the split half of ``unflatten_split_matmuls`` (``_split_pieces_match``) for
+    every leading shape of 2..``max_rank``-1 dims up to ``max_dim`` and every way of cutting 2..4
+    columns in two or three pieces. Returns the number of cases checked; raises AssertionError on the
+    first that differs."""
+    import itertools
+
+    cases = 0
+    for rank in range(2, max_rank):
+        for lead in itertools.product(range(1, max_dim + 1), repeat=rank):
+            for n in range(2, 5):
+                for cuts in itertools.chain(itertools.combinations(range(1, n), 1), itertools.combinations(range(1, n), 2)):
+                    sizes = [b - a for a, b in zip((0,) + cuts, cuts + (n,))]
+                    assert _split_pieces_match(list(lead), sizes), (lead, sizes)
+                    cases += 1
+    return cases
+
+
 def prove(max_rows: int = 4, max_inner: int = 3):
     """Z3 proof of the element identity: for row lengths S = 1..``max_rows`` and inner lengths
     K = 1..``max_inner``, symbolic indices b >= 0, 0 <= s < S, n and symbolic values (uninterpreted

@@ -35,7 +35,7 @@ from . import search as S
 from . import tgraph as T
 from .cost import CpuMeasured, get_cost_model
 from .cse import eliminate_common_subexpressions
-from .flatten_matmul import flatten_shared_matmuls, unflatten_matmuls
+from .flatten_matmul import flatten_shared_matmuls, unflatten_matmuls, unflatten_split_matmuls
 from .identities import drop_identities
 from .lift_elementwise import lift_elementwise
 from .layout_chains import compose_layout_chains, move_row_chains
@@ -85,7 +85,7 @@ def _run(module_op: ir.Operation, opts: dict) -> dict:
             if check:
                 fr = _run_checked(module_op, f, rws, by_id, builder, sopts, replayer, opts)
             else:
-                fr = _run_function(f, rws, by_id, builder, sopts, replayer, opts)
+                fr, _ = _run_function(f, rws, by_id, builder, sopts, replayer, opts)
             report["functions"].append(fr)
     finally:
         cm.close()
@@ -129,7 +129,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         if not (g_n or t_n):
             break
         function_dce(f)  # (the taso ops folded are dead, and would be folded again)
-    identities = drop_identities(f) if pre_folded or generic_folded else 0
+    identities = identities_pre = drop_identities(f) if pre_folded or generic_folded else 0
     if pre_folded or generic_folded:
         function_dce(f)
     views = views_to_reshapes(f)
@@ -140,6 +140,10 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     if pre_merged or repeats:
         function_dce(f)
     biases = fuse_matmul_bias(f, builder.cost_model)
+    # kept, detached, for where the search's result costs more as written than the function it started
+    # from: the search prices the flattened matmuls' reshapes, which the restoring takes away again
+    before_search = f.clone()
+    cost_pre = T.from_function(f, written)[0].cost
     flattened = flatten_shared_matmuls(f)
     if pre_folded or generic_folded or views or gathers or pre_merged or repeats or flattened or biases:
         g0, mops = T.from_function(f, builder)
@@ -174,6 +178,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         function_dce(f)
     concats_fused = fuse_concat_trees(f)
     unflattened = unflatten_matmuls(f)
+    merged_unflattened = unflatten_split_matmuls(f, builder.cost_model)
     reshapes_composed, layout_lifted = lift_layout(f, builder.cost_model)
     rows_moved = move_row_chains(f, builder.cost_model)
     chains = compose_layout_chains(f, builder.cost_model)
@@ -183,14 +188,25 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     # model predicts except where a split tree could not be fused (more than MAX_ARITY pieces)
     g_out, _ = T.from_function(f, written)
     replay_s = time.monotonic() - tick
-    return {
+    dropped, history = None, best.history
+    if g_out.cost > cost_pre * (1 + 1e-9):  # never worse than the search's starting point
+        dropped = {"cost_ms": g_out.cost, "ops": g_out.num_ops, "rewrites": len(history)}
+        ir.InsertionPoint(f).insert(before_search)
+        f.erase()
+        f = before_search
+        g_out, _ = T.from_function(f, written)
+        history = []
+        folded = splits_fused = lifted = permuted = concats_fused = unflattened = merged_unflattened = 0
+        reshapes_composed = layout_lifted = chains = rows_moved = flattened = 0
+        merged, identities = pre_merged, identities_pre
+    fr = {
         "function": name,
         "ops_before": g_in.num_ops, "ops_after": g_out.num_ops,
         "cost_before_ms": cost_in, "cost_after_ms": g_out.cost, "cost_searched_ms": best.cost,
         "batchnorms_folded": bn_folded, "ops_after_fold": g_bn.num_ops, "cost_after_fold_ms": cost_bn,
         "fold_batchnorm_s": round(fold_s, 3),
-        "applied": dict(Counter(h[0] for h in best.history).most_common()),
-        "rewrites_applied": len(best.history),
+        "applied": dict(Counter(h[0] for h in history).most_common()),
+        "rewrites_applied": len(history),
         "graphs_popped": stats.popped, "graphs_generated": stats.generated, "graphs_pruned": stats.pruned,
         "duplicates": stats.duplicates, "merge_pairs_queued": stats.lookahead,
         "merge_children_built": stats.lookahead_built,
@@ -198,20 +214,24 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "rejected_sites": dict(stats.rejected.most_common(8)),
         "weights_folded": pre_folded + folded, "generic_folded": generic_folded, "views_raised": views, "gathers_raised": gathers, "repeats_merged": repeats, "identities_dropped": identities, "splits_fused": splits_fused,
         "concats_fused": concats_fused,
-        "matmuls_flattened": flattened, "matmuls_unflattened": unflattened, "matmul_biases_fused": biases,
+        "matmuls_flattened": flattened, "matmuls_unflattened": unflattened, "merged_matmuls_unflattened": merged_unflattened,
+        "matmul_biases_fused": biases,
         "elementwise_lifted": lifted, "weights_permuted": permuted, "weights_merged": merged,
         "reshapes_composed": reshapes_composed, "layout_lifted": layout_lifted, "layout_chains": chains, "row_chains_moved": rows_moved,
         "search_s": round(search_s, 3), "replay_s": round(replay_s, 3),
     }
+    if dropped:
+        fr["search_result_dropped"] = dropped
+    return fr, f
 
 
 #: what a function's report counts of the changes made to it (zero where the input is kept)
 _CHANGE_COUNTS = ("batchnorms_folded", "weights_folded", "generic_folded", "views_raised", "gathers_raised", "repeats_merged", "identities_dropped", "splits_fused", "concats_fused",
-                  "matmuls_flattened", "matmuls_unflattened", "matmul_biases_fused", "elementwise_lifted",
+                  "matmuls_flattened", "matmuls_unflattened", "merged_matmuls_unflattened", "matmul_biases_fused", "elementwise_lifted",
                   "weights_permuted", "weights_merged", "reshapes_composed", "layout_lifted", "layout_chains", "row_chains_moved")
 #: of those, the ones that change nothing by themselves: matmuls flattened for the search, and restored
 #: after it where no rewrite touched them
-_RESTORED = ("matmuls_flattened", "matmuls_unflattened")
+_RESTORED = ("matmuls_flattened", "matmuls_unflattened", "merged_matmuls_unflattened")
 
 
 def _changed(fr: dict) -> bool:
@@ -234,7 +254,7 @@ def _run_checked(module_op, f, rws, by_id, builder, sopts, replayer, opts) -> di
     from . import latency as L
 
     backup = f.clone()  # detached
-    fr = _run_function(f, rws, by_id, builder, sopts, replayer, opts)
+    fr, f = _run_function(f, rws, by_id, builder, sopts, replayer, opts)
     if not _changed(fr):
         fr["latency_check"] = {"kept": "search result", "why": "the function is unchanged"}
         return fr
@@ -272,7 +292,7 @@ def _run_checked(module_op, f, rws, by_id, builder, sopts, replayer, opts) -> di
 
     f = restore()
     no_splits = [rw for rw in rws if not S.introduces_split(rw)]
-    fr2 = _run_function(f, no_splits, by_id, builder, sopts, replayer, opts)
+    fr2, f = _run_function(f, no_splits, by_id, builder, sopts, replayer, opts)
     if _changed(fr2):
         try:
             tried.append(timed("search without splits"))
@@ -531,7 +551,12 @@ def format_report(rep: dict) -> str:
                      f"{fr.get('layout_chains', 0)} reshape/transpose chains made one transpose")
         if fr.get("matmuls_flattened"):
             L.append(f"    {fr['matmuls_flattened']} matmuls of a shared input of rank 3 or more flattened to 2-D for "
-                     f"the search ({fr['matmuls_unflattened']} it left alone restored after it)")
+                     f"the search ({fr['matmuls_unflattened']} it left alone restored after it, "
+                     f"{fr.get('merged_matmuls_unflattened', 0)} merged ones made to read the input again)")
+        if fr.get("search_result_dropped"):
+            d = fr["search_result_dropped"]
+            L.append(f"    the search's result ({d['rewrites']} rewrites) cost {d['cost_ms']:.4g} ms as written, more than "
+                     f"the function it started from: that function is kept")
         if fr["applied"]:
             L.append("    rules applied: " + ", ".join(f"{k} x{v}" for k, v in fr["applied"].items()))
         lc = fr.get("latency_check")

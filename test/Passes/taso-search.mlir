@@ -167,17 +167,15 @@ func.func @shared_weight_concat(%x1: tensor<1x512xf32>, %x2: tensor<1x512xf32>) 
 
 // Matmuls of a shared 3-D input (a transformer's Q, K, V projections) are flattened to 2-D for the
 // search, where the 2-D merge rule applies: one matmul on the concatenated weights, one split, the
-// pieces reshaped back. The pieces' reshapes back to [1, 64, 1024] lift over the split (lift_layout):
-// one reshape of the matmul's result, which moves whole rows, so it moves above the matmul, where it
-// undoes the flattening: the matmul reads the 3-D input (layout_chains).
+// pieces reshaped back. The merged matmul then reads the 3-D input again and splits on its last axis,
+// so that the flattening's reshapes go (unflatten_split_matmuls).
 // CHECK-LABEL: func.func @qkv_3d
 // CHECK: %[[M:.*]] = "taso.matmul"(%arg0, %{{.*}}) {activation = "none", operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<1x64x1024xf32>, tensor<1024x3072xf32>) -> tensor<1x64x3072xf32>
 // CHECK: "taso.split"(%[[M]]) {axis = 2 : i64, {{.*}}sizes = array<i64: 1024, 1024, 1024>}
 // CHECK-NOT: taso.matmul
 // CHECK-NOT: taso.reshape
 // REPORT: @qkv_3d: {{.*}} 2 rewrites applied
-// REPORT: 3 reshapes and transposes of split pieces lifted to one op on the whole tensor each split, 0 reshape chains composed, 1 row reshapes/transposes moved across matmuls
-// REPORT: 3 matmuls of a shared input of rank 3 or more flattened to 2-D for the search (0 it left alone restored after it)
+// REPORT: 3 matmuls of a shared input of rank 3 or more flattened to 2-D for the search (0 it left alone restored after it, 1 merged ones made to read the input again)
 func.func @qkv_3d(%x: tensor<1x64x1024xf32>) -> (tensor<1x64x1024xf32>, tensor<1x64x1024xf32>, tensor<1x64x1024xf32>) {
   %wq = "taso.weight"() {name = "wq", value = dense<0.5> : tensor<1024x1024xf32>} : () -> tensor<1024x1024xf32>
   %wk = "taso.weight"() {name = "wk", value = dense<0.25> : tensor<1024x1024xf32>} : () -> tensor<1024x1024xf32>

@@ -118,9 +118,10 @@ def test_bert_style_projections_merge_end_to_end(tmp_path):
                         f"--taso-report={rep}"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     kinds = [n.op_type for n in onnx.load(out).graph.node]
-    # the bias adds are folded into the matmuls first (matmul_bias), so the merge is one Gemm with the
-    # three biases concatenated
-    assert kinds.count("Gemm") == 1 and kinds.count("Split") == 1 and "Add" not in kinds and "MatMul" not in kinds, kinds
+    # the bias adds are folded into the matmuls first (matmul_bias), so the merge is one matmul with the
+    # three biases concatenated, on the 3-D input again (unflatten_split_matmuls): MatMul + Add, which
+    # onnxruntime runs as one Gemm between two reshapes
+    assert kinds == ["MatMul", "Add", "Split"], kinds
     fr = json.loads(rep.read_text())["functions"][0]
     assert fr["matmuls_flattened"] == 3 and fr["matmuls_unflattened"] == 0 and fr["matmul_biases_fused"] == 3
     assert fr["cost_after_ms"] < fr["cost_before_ms"]
@@ -141,3 +142,96 @@ def test_groups_the_search_leaves_alone_are_restored(tmp_path):
     assert fr["matmuls_flattened"] == 3 and fr["matmuls_unflattened"] == 3 and fr["matmul_biases_fused"] == 3
     assert fr["cost_after_ms"] < fr["cost_before_ms"]  # the adds are the matmuls' epilogues now
     assert sorted(n.op_type for n in onnx.load(out).graph.node) == ["Add"] * 3 + ["MatMul"] * 3
+
+
+def test_the_split_identity_is_checked_and_a_wrong_one_refuted():
+    assert FM.check_split_identity() == 360
+    assert not FM._split_pieces_match([2, 3], [1, 2], flat_axis=0)  # splitting rows instead of columns
+
+
+def _analytic():
+    from taso_mlir.passes.cost import get_cost_model
+
+    return get_cost_model("analytic")
+
+
+def _merged(extra_user: bool) -> str:
+    """What the search leaves of two flattened matmuls it merged: reshape -> matmul -> split on the
+    columns -> a reshape of each piece (one back to the leading dims, one to heads); with
+    ``extra_user`` piece 1 also feeds a 2-D op."""
+    tail = ('  %u = "taso.relu"(%s#1) : (tensor<6x6xf32>) -> tensor<6x6xf32>\n' if extra_user else "")
+    rets = "%a, %b" + (", %u" if extra_user else "")
+    types = "tensor<2x3x5xf32>, tensor<2x3x2x3xf32>" + (", tensor<6x6xf32>" if extra_user else "")
+    return f"""
+func.func @f(%x: tensor<2x3x4xf32>) -> ({types}) {{
+  {_w("w", "4x11", 0.5)}
+  %r = "taso.reshape"(%x) {{shape = array<i64: 6, 4>}} : (tensor<2x3x4xf32>) -> tensor<6x4xf32>
+  {_mm("m", "r", "w", "6x4", "4x11", "6x11")}
+  %s:2 = "taso.split"(%m) {{axis = 1 : i64, sizes = array<i64: 5, 6>, resultSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>}} : (tensor<6x11xf32>) -> (tensor<6x5xf32>, tensor<6x6xf32>)
+  %a = "taso.reshape"(%s#0) {{shape = array<i64: 2, 3, 5>}} : (tensor<6x5xf32>) -> tensor<2x3x5xf32>
+  %b = "taso.reshape"(%s#1) {{shape = array<i64: 2, 3, 2, 3>}} : (tensor<6x6xf32>) -> tensor<2x3x2x3xf32>
+{tail}  return {rets} : {types}
+}}
+"""
+
+
+@pytest.mark.parametrize("extra_user", [False, True])
+def test_a_merged_flattened_matmul_reads_the_3d_input(extra_user):
+    from unit_helpers import run_pass
+
+    names, done, before, after = run_pass(_merged(extra_user), lambda f: FM.unflatten_split_matmuls(f, _analytic()))
+    assert done == 1
+    # the input's reshape and the piece's reshape back to [2, 3, 5] are gone; the head reshape stays;
+    # the 2-D user gets a reshape of its piece
+    want = ["taso.weight", "taso.matmul", "taso.split"] + ["taso.reshape"] * (2 if extra_user else 1)
+    assert sorted(n for n in names if n != "func.return") == sorted(want + (["taso.relu"] if extra_user else []))
+    for a, b in zip(after, before):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_split_whose_pieces_all_stay_2d_is_left_alone():
+    text = f"""
+func.func @f(%x: tensor<2x3x4xf32>) -> (tensor<6x5xf32>, tensor<6x6xf32>) {{
+  {_w("w", "4x11", 0.5)}
+  %r = "taso.reshape"(%x) {{shape = array<i64: 6, 4>}} : (tensor<2x3x4xf32>) -> tensor<6x4xf32>
+  {_mm("m", "r", "w", "6x4", "4x11", "6x11")}
+  %s:2 = "taso.split"(%m) {{axis = 1 : i64, sizes = array<i64: 5, 6>, resultSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>}} : (tensor<6x11xf32>) -> (tensor<6x5xf32>, tensor<6x6xf32>)
+  %y = "taso.relu"(%r) : (tensor<6x4xf32>) -> tensor<6x4xf32>
+  return %s#0, %s#1 : tensor<6x5xf32>, tensor<6x6xf32>
+}}
+"""
+    from unit_helpers import run_pass
+
+    _, done, _, _ = run_pass(text, lambda f: FM.unflatten_split_matmuls(f, _analytic()))
+    assert done == 0  # (two reshapes would be added, none removed)
+
+
+def test_a_search_result_that_costs_more_as_written_is_dropped(tmp_path, monkeypatch):
+    """Two matmuls of a shared 3-D input, one output reshaped to heads: without the 3-D restore of the
+    merged matmul, the merge the search chose (priced with the flattening's reshapes) costs more as
+    written than the input, and the function the search started from is kept."""
+    from taso_mlir.passes import taso_search
+
+    monkeypatch.setattr(taso_search, "unflatten_split_matmuls", lambda f, cm: 0)
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((128, 192)).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.standard_normal((128, 512)).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.array([1, 16, 6, 32], np.int64), "shape")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["y1"]), helper.make_node("MatMul", ["x", "w2"], ["o2"]),
+             helper.make_node("Reshape", ["y1", "shape"], ["o1"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 128])],
+                          [helper.make_tensor_value_info("o1", TensorProto.FLOAT, [1, 16, 6, 32]),
+                           helper.make_tensor_value_info("o2", TensorProto.FLOAT, [1, 16, 512])], inits)
+    from taso_mlir.dialect.onnx_import import import_onnx
+    from taso_mlir.dialect.onnx_export import export_onnx
+    from taso_mlir.passes.registry import build_pass_manager, run_pass_manager
+
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    ctx = make_context()
+    module = import_onnx(model, ctx)
+    rep = tmp_path / "r.json"
+    run_pass_manager(build_pass_manager(f"builtin.module(taso-search{{report={rep}}})", ctx), module.operation)
+    fr = json.loads(rep.read_text())["functions"][0]
+    assert fr["search_result_dropped"]["cost_ms"] > fr["cost_before_ms"] == fr["cost_after_ms"]
+    assert fr["rewrites_applied"] == 0 and fr["applied"] == {}
+    assert sorted(n.op_type for n in export_onnx(module).graph.node) == ["MatMul", "MatMul", "Reshape"]
