@@ -44,6 +44,7 @@ from .matmul_bias import fuse_matmul_bias
 from .raise_generic import gathers_to_split, views_to_reshapes
 from .fold_batchnorm import fold_function
 from .fold_generic import fold_generic, fresh_name
+from .fold_scale import div_to_smul, fold_scalar_scales
 
 _REWRITES: dict = {}
 #: the report of the last run in this process (taso-bench reads it)
@@ -134,6 +135,10 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         function_dce(f)
     views = views_to_reshapes(f)
     gathers = gathers_to_split(f)
+    divs = div_to_smul(f)
+    scales = fold_scalar_scales(f)
+    if scales:
+        function_dce(f)
     # (equal folded constants first: the repeats of an op on them then have the same operands)
     pre_merged = merge_duplicate_weights(f) if generic_folded or pre_folded else 0
     repeats = eliminate_common_subexpressions(f)
@@ -145,7 +150,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     before_search = f.clone()
     cost_pre = T.from_function(f, written)[0].cost
     flattened = flatten_shared_matmuls(f)
-    if pre_folded or generic_folded or views or gathers or pre_merged or repeats or flattened or biases:
+    if pre_folded or generic_folded or views or gathers or divs or scales or pre_merged or repeats or flattened or biases:
         g0, mops = T.from_function(f, builder)
     tick = time.monotonic()
 
@@ -212,7 +217,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "merge_children_built": stats.lookahead_built,
         "windows": stats.windows, "windows_skipped": stats.windows_skipped, "timed_out": stats.timed_out,
         "rejected_sites": dict(stats.rejected.most_common(8)),
-        "weights_folded": pre_folded + folded, "generic_folded": generic_folded, "views_raised": views, "gathers_raised": gathers, "repeats_merged": repeats, "identities_dropped": identities, "splits_fused": splits_fused,
+        "weights_folded": pre_folded + folded, "generic_folded": generic_folded, "views_raised": views, "gathers_raised": gathers, "divs_raised": divs, "scales_folded": scales, "repeats_merged": repeats, "identities_dropped": identities, "splits_fused": splits_fused,
         "concats_fused": concats_fused,
         "matmuls_flattened": flattened, "matmuls_unflattened": unflattened, "merged_matmuls_unflattened": merged_unflattened,
         "matmul_biases_fused": biases,
@@ -226,7 +231,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
 
 
 #: what a function's report counts of the changes made to it (zero where the input is kept)
-_CHANGE_COUNTS = ("batchnorms_folded", "weights_folded", "generic_folded", "views_raised", "gathers_raised", "repeats_merged", "identities_dropped", "splits_fused", "concats_fused",
+_CHANGE_COUNTS = ("batchnorms_folded", "weights_folded", "generic_folded", "views_raised", "gathers_raised", "divs_raised", "scales_folded", "repeats_merged", "identities_dropped", "splits_fused", "concats_fused",
                   "matmuls_flattened", "matmuls_unflattened", "merged_matmuls_unflattened", "matmul_biases_fused", "elementwise_lifted",
                   "weights_permuted", "weights_merged", "reshapes_composed", "layout_lifted", "layout_chains", "row_chains_moved")
 #: of those, the ones that change nothing by themselves: matmuls flattened for the search, and restored
@@ -540,6 +545,9 @@ def format_report(rep: dict) -> str:
         if fr.get("views_raised") or fr.get("gathers_raised"):
             L.append(f"    raised before the search: {fr.get('views_raised', 0)} Squeeze/Unsqueeze/Flatten to reshapes, "
                      f"{fr.get('gathers_raised', 0)} Gathers of every index of an axis to splits")
+        if fr.get("divs_raised") or fr.get("scales_folded"):
+            L.append(f"    {fr.get('divs_raised', 0)} divisions by a power of two made scalar multiplies, "
+                     f"{fr.get('scales_folded', 0)} scalar multiplies folded into the weights they scale before the search")
         if fr.get("repeats_merged"):
             L.append(f"    {fr['repeats_merged']} ops that repeat an earlier op (same operands and attributes) merged "
                      f"into it before the search")

@@ -424,3 +424,28 @@ func.func @row_chain(%x: tensor<2x4x8xf32>) -> tensor<2x3x4x2xf32> {
   %u = "taso.transpose"(%r) {perm = array<i64: 1, 2, 0, 3>} : (tensor<4x2x3x2xf32>) -> tensor<2x3x4x2xf32>
   return %u : tensor<2x3x4x2xf32>
 }
+
+// -----
+
+// Attention's scale: a division of the scores by 8 is a multiply by 0.125 bit for bit, and the factor
+// goes up through the heads transpose and reshape into the query projection's weight and bias
+// (fold_scale); the division by 3 has no exact reciprocal and stays.
+// CHECK-LABEL: func.func @attention_scale
+// CHECK: "taso.weight"() {name = "wq.scaled{{[0-9]*}}", value = dense<6.250000e-02> : tensor<8x4xf32>}
+// CHECK: "taso.weight"() {name = "bq.scaled{{[0-9]*}}", value = dense<1.250000e-01> : tensor<4xf32>}
+// CHECK-NOT: taso.smul
+// CHECK: "onnx.Div"
+// REPORT: 1 divisions by a power of two made scalar multiplies, 1 scalar multiplies folded into the weights they scale before the search
+func.func @attention_scale(%x: tensor<1x4x8xf32>, %k: tensor<1x2x2x4xf32>) -> (tensor<1x2x4x4xf32>, tensor<1x2x2x4xf32>) {
+  %wq = "taso.weight"() {name = "wq", value = dense<0.5> : tensor<8x4xf32>} : () -> tensor<8x4xf32>
+  %bq = "taso.weight"() {name = "bq", value = dense<1.0> : tensor<4xf32>} : () -> tensor<4xf32>
+  %eight = "taso.weight"() {name = "eight", value = dense<8.0> : tensor<f32>} : () -> tensor<f32>
+  %three = "taso.weight"() {name = "three", value = dense<3.0> : tensor<f32>} : () -> tensor<f32>
+  %q = "taso.matmul"(%x, %wq, %bq) {activation = "none"} : (tensor<1x4x8xf32>, tensor<8x4xf32>, tensor<4xf32>) -> tensor<1x4x4xf32>
+  %r = "taso.reshape"(%q) {shape = array<i64: 1, 4, 2, 2>} : (tensor<1x4x4xf32>) -> tensor<1x4x2x2xf32>
+  %t = "taso.transpose"(%r) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x2x2xf32>) -> tensor<1x2x4x2xf32>
+  %s = "taso.matmul"(%t, %k) {activation = "none"} : (tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>) -> tensor<1x2x4x4xf32>
+  %y = "onnx.Div"(%s, %eight) : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %z = "onnx.Div"(%k, %three) : (tensor<1x2x2x4xf32>, tensor<f32>) -> tensor<1x2x2x4xf32>
+  return %y, %z : tensor<1x2x4x4xf32>, tensor<1x2x2x4xf32>
+}

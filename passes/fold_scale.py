@@ -1,0 +1,216 @@
+"""Fold a multiply by a constant scalar into the weights it can reach: ``smul(v, s)`` (``x * s`` by a
+scalar) is dropped where ``v`` is a linear function of weights that can take the factor instead.
+
+Attention scales its scores: BERT divides ``Q K^T`` by ``sqrt(d)``, torch's scaled-dot-product export
+multiplies Q (after the rotary embedding) and K by ``d**-0.25``. Each is a kernel of its own over an
+activation; the factor can go into the query projection's weight and bias, or into the rotary
+embedding's cos/sin tables, once, when the model is optimized.
+
+``absorb(v, s)`` plans where the factor goes, walking up from ``v`` through values with no other use:
+- a weight: it is scaled (a weight with other uses is copied first if it is small, else no plan);
+- ``matmul(x, W[, b])`` and ``conv2d(x, W[, b])``: into W (and b), or for a matmul whose right
+  operand is not a weight, into either operand (and b); a fused relu only for ``s > 0``;
+- ``ewmul(a, b)``: into either operand; ``ewadd(a, b)``: into both;
+- ``smul(a, t)``: into ``t``; ``reshape``, ``transpose`` and (for ``s > 0``) ``relu``: into the operand.
+Nothing is changed unless the whole plan exists. Each step is an identity of real arithmetic, proved
+with Z3 (``prove()``); scaling by a power of two is exact in floating point, so BERT's ``/ 8`` folds
+bit-exactly; other factors round once per weight, within the numeric check's tolerance.
+
+``div_to_smul`` first makes a generic ``Div`` by a constant scalar ``2**k`` a ``taso.smul`` by
+``2**-k`` (the same value bit for bit: both are the correctly rounded ``x * 2**-k``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.ops import create_taso_op, dense_array, new_weight, taso_attrs
+
+from .flatten_matmul import _owner, _shape
+from .fold_generic import MAX_ELEMENTS, fresh_name
+
+#: how far up from the scaled value a plan looks
+_DEPTH = 12
+
+
+def _is_float(t: ir.Type) -> bool:
+    return str(t) in ("f16", "bf16", "f32", "f64")
+
+
+def _uses(v: ir.Value) -> int:
+    return sum(1 for _ in v.uses)
+
+
+def _scalar_weight(v: ir.Value) -> Optional[float]:
+    """The value of a rank-0 (or one-element) float weight, else None."""
+    o = _owner(v)
+    if o is None or o.name != "taso.weight":
+        return None
+    t = ir.RankedTensorType(v.type)
+    if not _is_float(t.element_type) or not t.has_static_shape or math.prod(t.shape) != 1:
+        return None
+    try:
+        return float(dense_array(o.attributes["value"]).reshape(()))
+    except Exception:
+        return None
+
+
+def _float_weight(v: ir.Value) -> bool:
+    o = _owner(v)
+    if o is None or o.name != "taso.weight":
+        return False
+    t = ir.RankedTensorType(v.type)
+    if not _is_float(t.element_type) or not t.has_static_shape:
+        return False
+    return _uses(v) == 1 or math.prod(t.shape) <= MAX_ELEMENTS  # (a shared weight is copied if small)
+
+
+def absorb(v: ir.Value, s: float, depth: int = 0) -> Optional[list]:
+    """Where to put the factor ``s`` so that ``v`` (not itself a weight) is scaled by it and nothing
+    else that uses those weights changes: a list of (op, operand number) whose operand is a weight to
+    scale at that use, or None (module docstring)."""
+    o = _owner(v)
+    if depth > _DEPTH or o is None or _uses(v) != 1 or len(o.results) != 1 or not o.name.startswith("taso."):
+        return None
+    kind = o.name[5:]
+    ops = list(o.operands)
+
+    def up(i):
+        return [(o, i)] if _float_weight(ops[i]) else absorb(ops[i], s, depth + 1)
+
+    if kind in ("matmul", "conv2d"):
+        act = taso_attrs(o).get("activation", "none")
+        if act not in ("none", "relu") or (act == "relu" and s <= 0):
+            return None
+        if len(ops) > 2 and not _float_weight(ops[2]):
+            return None
+        bias = [(o, 2)] if len(ops) > 2 else []
+        for i in ((1,) if kind == "conv2d" or _float_weight(ops[1]) else (1, 0)):
+            p = up(i)
+            if p is not None:
+                return p + bias
+        return None
+    if kind == "ewmul":
+        for i in sorted((0, 1), key=lambda i: not _float_weight(ops[i])):  # (a weight operand first)
+            p = up(i)
+            if p is not None:
+                return p
+        return None
+    if kind == "ewadd":
+        if ops[0] == ops[1]:
+            return None
+        p, q = up(0), up(1)
+        return None if p is None or q is None else p + q
+    if kind == "smul":
+        return [(o, 1)] if _float_weight(ops[1]) else None
+    if kind in ("reshape", "transpose") or (kind == "relu" and s > 0):
+        return up(0)
+    return None
+
+
+def _scale_weights(plan: list, s: float, names: set) -> None:
+    """Give each (op, operand number) of ``plan`` a new weight holding that operand's value times ``s``
+    (computed in float64, rounded once); the old weight is left to dead-code elimination."""
+    for op, i in plan:
+        v = op.operands[i]
+        w = _owner(v)
+        arr = dense_array(w.attributes["value"]).astype(np.float64) * s
+        base = ir.StringAttr(w.attributes["name"]).value
+        with ir.InsertionPoint(w):
+            nw = new_weight(fresh_name(f"{base}.scaled", names), arr, v.type, loc=w.location)
+        op.operands[i] = nw.results[0]
+
+
+def div_to_smul(f: ir.Operation) -> int:
+    """Make each generic ``onnx.Div(x, c)`` with ``c`` a constant float scalar ``+-2**k`` (and a float
+    result of ``x``'s type) a ``taso.smul(x, 1/c)``. Returns the number of ops raised."""
+    block = f.regions[0].blocks[0]
+    names = _names(f)
+    done = 0
+    for o in list(block.operations):
+        op = o.operation
+        if op.name != "onnx.Div" or len(op.operands) != 2 or len(op.results) != 1:
+            continue
+        x, c = op.operands
+        value = _scalar_weight(c)
+        if value is None or value == 0 or not math.isfinite(value):
+            continue
+        mant, _ = math.frexp(abs(value))
+        if mant != 0.5 or op.results[0].type != x.type or not ir.RankedTensorType(x.type).has_static_shape:
+            continue  # (1/c exact only for a power of two; no broadcasting of x)
+        et = ir.RankedTensorType(x.type).element_type
+        if not _is_float(et):
+            continue
+        with ir.InsertionPoint(op):
+            inv = new_weight(fresh_name("taso_scale_", names), np.array(1.0 / value), ir.RankedTensorType.get([], et),
+                             loc=op.location)
+            sm = create_taso_op("smul", [x, inv.results[0]], [x.type], {}, loc=op.location)
+        op.results[0].replace_all_uses_with(sm.results[0])
+        op.erase()
+        done += 1
+    return done
+
+
+def fold_scalar_scales(f: ir.Operation) -> int:
+    """Drop every ``taso.smul(v, s)`` (``s`` a constant float scalar, finite and nonzero) whose factor
+    ``absorb`` can put into weights, scaling those weights instead. Returns the number of ops dropped."""
+    block = f.regions[0].blocks[0]
+    names = _names(f)
+    done = 0
+    for o in list(block.operations):
+        op = o.operation
+        if op.name != "taso.smul" or op.results[0].type != op.operands[0].type:
+            continue
+        s = _scalar_weight(op.operands[1])
+        if s is None or s == 0 or not math.isfinite(s):
+            continue
+        plan = absorb(op.operands[0], s)
+        if plan is None:
+            continue
+        _scale_weights(plan, s, names)
+        op.results[0].replace_all_uses_with(op.operands[0])
+        op.erase()
+        done += 1
+    return done
+
+
+def _names(f: ir.Operation) -> set:
+    return {ir.StringAttr(o.operation.attributes["name"]).value for o in f.regions[0].blocks[0].operations
+            if o.operation.name == "taso.weight"}
+
+
+def prove():
+    """Z3 proofs over the reals of each step ``absorb`` takes, per element with symbolic values and
+    factor ``s`` (matmul and conv as sums of products, up to 3 terms): scaling the result equals
+    scaling what the plan scales. Returns ``z3.unsat`` (all proved) or the first other result."""
+    import z3
+
+    s = z3.Real("s")
+    a, b, t = z3.Reals("a b t")
+    relu = lambda x: z3.If(x > 0, x, 0)  # noqa: E731
+    claims = [
+        (z3.BoolVal(True), (a * b) * s == a * (b * s)),                    # ewmul: into b
+        (z3.BoolVal(True), (a * b) * s == (a * s) * b),                    # ewmul: into a
+        (z3.BoolVal(True), (a + b) * s == a * s + b * s),                  # ewadd: into both
+        (z3.BoolVal(True), (a * t) * s == a * (t * s)),                    # smul: into its factor
+        (s > 0, relu(a) * s == relu(a * s)),                               # relu, s > 0
+    ]
+    for k in range(1, 4):  # matmul / conv: sum_i x_i w_i (+ bias), relu-fused with s > 0
+        xs, ws = z3.Reals(" ".join(f"x{i}" for i in range(k))), z3.Reals(" ".join(f"w{i}" for i in range(k)))
+        dot = z3.Sum([x * w for x, w in zip(xs, ws)])
+        dot_w = z3.Sum([x * (w * s) for x, w in zip(xs, ws)])
+        dot_x = z3.Sum([(x * s) * w for x, w in zip(xs, ws)])
+        claims += [(z3.BoolVal(True), (dot + b) * s == dot_w + b * s),
+                   (z3.BoolVal(True), (dot + b) * s == dot_x + b * s),
+                   (s > 0, relu(dot + b) * s == relu(dot_w + b * s))]
+    for pre, claim in claims:
+        solver = z3.Solver()
+        solver.add(pre, z3.Not(claim))
+        r = solver.check()
+        if r != z3.unsat:
+            return r
+    return z3.unsat
