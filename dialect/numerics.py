@@ -21,6 +21,8 @@ class NumericReport:
     worst: float = 0.0
     #: the tolerance of the output ``worst`` comes from
     tolerance: float = 1e-5
+    #: the name of that output
+    worst_output: str = ""
 
     @property
     def rel(self) -> float:
@@ -150,7 +152,7 @@ def _session(model, what: str):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # (failures are reported in one line of our own)
     try:
         src = model if isinstance(model, str) else model.SerializeToString()
         return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
@@ -181,13 +183,13 @@ def compare_models(a, b, trials: int = 2, seed: int = 0, bounds: Optional[dict] 
     names_b = [o.name for o in sb.get_outputs()]
     if names_a != names_b:
         raise TasoError(f"output names differ: {names_a} vs {names_b}")
-    max_abs, scale, worst, tolerance = 0.0, 1.0, 0.0, 1e-5
+    max_abs, scale, worst, tolerance, worst_output = 0.0, 1.0, 0.0, 1e-5, ""
     for f, ra in zip(feeds, results_a):
         try:
             rb = sb.run(None, f)
         except Exception as e:
             raise TasoError(f"onnxruntime cannot run the output model: {one_line(e)}") from None
-        for x, y in zip(ra, rb):
+        for name, x, y in zip(names_a, ra, rb):
             x, y = np.asarray(x), np.asarray(y)
             if x.shape != y.shape or x.dtype != y.dtype:
                 raise TasoError(f"output shape/dtype differ: {x.shape} {x.dtype} vs {y.shape} {y.dtype}")
@@ -196,7 +198,7 @@ def compare_models(a, b, trials: int = 2, seed: int = 0, bounds: Optional[dict] 
             if x.dtype.kind in "fc":
                 fin = np.isfinite(x)
                 if not np.array_equal(fin, np.isfinite(y)):
-                    max_abs = float("inf")
+                    max_abs, worst_output = float("inf"), worst_output or name
                     continue
                 d = np.abs(x[fin].astype(np.float64) - y[fin].astype(np.float64))
                 dmax = float(d.max()) if d.size else 0.0
@@ -204,10 +206,10 @@ def compare_models(a, b, trials: int = 2, seed: int = 0, bounds: Optional[dict] 
                 max_abs, scale = max(max_abs, dmax), max(scale, smax)
                 tol = TOLERANCE.get(x.dtype, 4 * 2.0 ** -7)  # (bfloat16 and other narrow floats)
                 if dmax / max(1.0, smax) / tol > worst:
-                    worst, tolerance = dmax / max(1.0, smax) / tol, tol
+                    worst, tolerance, worst_output = dmax / max(1.0, smax) / tol, tol, name
             else:
                 if not np.array_equal(x, y):
-                    max_abs = float("inf")
+                    max_abs, worst_output = float("inf"), worst_output or name
     if max_abs == float("inf"):
         worst = float("inf")
-    return NumericReport(max_abs, scale, len(names_a), trials, worst, tolerance)
+    return NumericReport(max_abs, scale, len(names_a), trials, worst, tolerance, worst_output)

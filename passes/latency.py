@@ -34,7 +34,7 @@ def session_options(level: str = "all", threads: int = 1):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # (failures are reported in one line of our own)
     so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if level == "all"
                                    else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     so.intra_op_num_threads = threads

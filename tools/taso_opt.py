@@ -219,7 +219,9 @@ def _numeric_check(args, in_path: str, output):
         line = (f"numerics: max |difference| {rep.max_abs:.3g} (output scale {rep.scale:.3g}) over "
                 f"{rep.outputs} output(s), {rep.trials} random input sets, onnxruntime")
         if not rep.ok:
-            raise TasoError(line + f": exceeds {rep.tolerance:.3g} x scale; nothing written")
+            what = ("has other non-finite, integer or boolean values" if rep.worst == float("inf")
+                    else f"exceeds {rep.tolerance:.3g} x scale")
+            raise TasoError(line + f": output '{rep.worst_output}' {what}; nothing written")
         args.summary_lines.append(f"taso-opt: {line}: ok\n")  # (with the census, once the output is written)
 
     return check

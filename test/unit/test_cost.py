@@ -176,7 +176,9 @@ def test_cpu_ops_build_and_run(cache):
             OpSig("avgpool2d", (("count_include_pad", 1),) + POOL, (x,), (x,)),
             OpSig("batchnorm", (("epsilon", 1e-5),), (x,) + ((4,),) * 4, (x,)),
             OpSig("enlarge", (("kernel_shape", (3, 3)),), ((4, 4, 1, 1),), ((4, 4, 3, 3),)),
-            OpSig("reshape", (("shape", (4, 16)),), (x,), ((4, 16),))]
+            OpSig("reshape", (("shape", (4, 16)),), (x,), ((4, 16),)),
+            # 0-d operands (a dynamically quantized model's scales) are bound as 0-d, not as [1]
+            OpSig("ewmul", (), ((), ()), ((),)), OpSig("smul", (), ((), ()), ((),))]
     for sig in sigs:
         assert m.cost(sig) > 0, sig
     assert m.measured == len(sigs) and m.estimated == 0

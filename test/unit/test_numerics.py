@@ -52,3 +52,24 @@ def test_tolerance_follows_the_precision():
     rep = compare_models(_scaled(1.0, np.float32), _scaled(one_ulp, np.float32))
     assert not rep.ok and rep.tolerance == 1e-5
     assert compare_models(_scaled(1.0, np.float32), _scaled(1.0, np.float32)).ok
+
+
+def _two_outputs(c: float) -> onnx.ModelProto:
+    """``y = x * 1.0`` and ``flag = x * c > 0``: a boolean output that flips where ``c`` changes sign."""
+    g = helper.make_graph([helper.make_node("Mul", ["x", "one"], ["y"]), helper.make_node("Mul", ["x", "c"], ["xc"]),
+                           helper.make_node("Greater", ["xc", "zero"], ["flag"])], "s",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8]),
+                           helper.make_tensor_value_info("flag", TensorProto.BOOL, [8])],
+                          [numpy_helper.from_array(np.array([c], np.float32), "c"),
+                           numpy_helper.from_array(np.array([1.0], np.float32), "one"),
+                           numpy_helper.from_array(np.array([0.0], np.float32), "zero")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_the_report_names_the_output_that_differs():
+    rep = compare_models(_two_outputs(1.0), _two_outputs(-1.0))
+    assert not rep.ok and rep.worst_output == "flag"
+    assert compare_models(_two_outputs(1.0), _two_outputs(2.0)).ok
+    rep = compare_models(_scaled(1.0, np.float32), _scaled(1.5, np.float32))
+    assert not rep.ok and rep.worst_output == "y"

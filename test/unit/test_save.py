@@ -124,7 +124,7 @@ def test_numeric_check_reads_the_written_file_before_it_is_kept(tmp_path, monkey
     monkeypatch.setattr(onnx_export, "export_onnx", wrong)
     assert taso_opt.main([str(src), "-o", str(out), "--verify-numerics"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "exceeds" in err[0] and "nothing written" in err[0], err
+    assert len(err) == 1 and "output 'y' exceeds" in err[0] and "nothing written" in err[0], err
     assert sorted(os.listdir(tmp_path)) == kept  # no temporary left
     assert out.read_bytes() == previous and src.read_bytes() == before
 
