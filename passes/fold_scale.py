@@ -11,7 +11,9 @@ embedding's cos/sin tables, once, when the model is optimized.
 - ``matmul(x, W[, b])`` and ``conv2d(x, W[, b])``: into W (and b), or for a matmul whose right
   operand is not a weight, into either operand (and b); a fused relu only for ``s > 0``;
 - ``ewmul(a, b)``: into either operand; ``ewadd(a, b)``: into both;
-- ``smul(a, t)``: into ``t``; ``reshape``, ``transpose`` and (for ``s > 0``) ``relu``: into the operand.
+- ``smul(a, t)``: into ``t``; ``reshape``, ``transpose`` and (for ``s > 0``) ``relu``: into the operand;
+- a piece of a split on the last axis of a matmul by weights (GPT-2's packed Q, K, V): into the
+  piece's columns of the weight and bias.
 Nothing is changed unless the whole plan exists. Each step is an identity of real arithmetic, proved
 with Z3 (``prove()``); scaling by a power of two is exact in floating point, so BERT's ``/ 8`` folds
 bit-exactly; other factors round once per weight, within the numeric check's tolerance.
@@ -74,7 +76,11 @@ def absorb(v: ir.Value, s: float, depth: int = 0) -> Optional[list]:
     else that uses those weights changes: a list of (op, operand number) whose operand is a weight to
     scale at that use, or None (module docstring)."""
     o = _owner(v)
-    if depth > _DEPTH or o is None or _uses(v) != 1 or len(o.results) != 1 or not o.name.startswith("taso."):
+    if depth > _DEPTH or o is None or _uses(v) != 1 or not o.name.startswith("taso."):
+        return None
+    if o.name == "taso.split":
+        return _absorb_piece(o, ir.OpResult(v).result_number, s)
+    if len(o.results) != 1:
         return None
     kind = o.name[5:]
     ops = list(o.operands)
@@ -112,13 +118,44 @@ def absorb(v: ir.Value, s: float, depth: int = 0) -> Optional[list]:
     return None
 
 
+def _absorb_piece(split: ir.Operation, k: int, s: float) -> Optional[list]:
+    """Piece ``k`` of a split on the last axis of ``matmul(x, W[, b])``, or of reshapes of it that keep
+    the last axis (GPT-2's packed Q, K, V projection), is scaled by scaling its columns of ``W`` and ``b``: the other pieces' columns are
+    left as they are. Plan entries (op, operand number, (first column, end))."""
+    a = taso_attrs(split)
+    rank = len(_shape(split.operands[0]))
+    if a["axis"] not in (rank - 1, -1):
+        return None
+    src = split.operands[0]
+    m = _owner(src)
+    # (through reshapes that keep the last axis: a flattened projection's rows reshaped back)
+    while m is not None and m.name == "taso.reshape" and _uses(src) == 1 \
+            and _shape(m.operands[0])[-1:] == _shape(src)[-1:]:
+        src = m.operands[0]
+        m = _owner(src)
+    if m is None or m.name != "taso.matmul" or _uses(src) != 1:
+        return None
+    act = taso_attrs(m).get("activation", "none")
+    ops = list(m.operands)
+    if act not in ("none", "relu") or (act == "relu" and s <= 0) or not all(_float_weight(w) for w in ops[1:]):
+        return None
+    start = int(sum(a["sizes"][:k]))
+    cols = (start, start + int(a["sizes"][k]))
+    return [(m, i, cols) for i in range(1, len(ops))]
+
+
 def _scale_weights(plan: list, s: float, names: set) -> None:
-    """Give each (op, operand number) of ``plan`` a new weight holding that operand's value times ``s``
-    (computed in float64, rounded once); the old weight is left to dead-code elimination."""
-    for op, i in plan:
+    """Give each (op, operand number[, (first column, end)]) of ``plan`` a new weight holding that
+    operand's value times ``s`` (in those columns of its last axis only, where given; computed in
+    float64, rounded once); the old weight is left to dead-code elimination."""
+    for op, i, *cols in plan:
         v = op.operands[i]
         w = _owner(v)
-        arr = dense_array(w.attributes["value"]).astype(np.float64) * s
+        arr = dense_array(w.attributes["value"]).astype(np.float64)
+        if cols:
+            arr[..., cols[0][0]:cols[0][1]] *= s
+        else:
+            arr = arr * s
         base = ir.StringAttr(w.attributes["name"]).value
         with ir.InsertionPoint(w):
             nw = new_weight(fresh_name(f"{base}.scaled", names), arr, v.type, loc=w.location)
@@ -185,8 +222,9 @@ def _names(f: ir.Operation) -> set:
 
 def prove():
     """Z3 proofs over the reals of each step ``absorb`` takes, per element with symbolic values and
-    factor ``s`` (matmul and conv as sums of products, up to 3 terms): scaling the result equals
-    scaling what the plan scales. Returns ``z3.unsat`` (all proved) or the first other result."""
+    factor ``s`` (matmul and conv as sums of products, up to 3 terms, which is also each column of a
+    matmul whose split piece takes the factor in its columns): scaling the result equals scaling what
+    the plan scales. Returns ``z3.unsat`` (all proved) or the first other result."""
     import z3
 
     s = z3.Real("s")

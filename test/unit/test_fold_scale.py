@@ -76,6 +76,31 @@ def test_a_rotary_embedding_takes_the_scale_in_its_tables():
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
+PACKED = f"""
+func.func @f(%x: tensor<4x8xf32>) -> (tensor<1x2x4x2xf32>, tensor<1x4x4xf32>, tensor<1x4x4xf32>) {{
+  {_w("w", "8x12", "[" + ",".join("[" + ",".join(str((i * 12 + j) % 5 - 2.0) for j in range(12)) + "]" for i in range(8)) + "]")}
+  {_w("b", "12", "[" + ",".join(str(j - 6.0) for j in range(12)) + "]")}
+  {_w("s", "", "0.5")}
+  %m = "taso.matmul"(%x, %w, %b) {{activation = "none"}} : (tensor<4x8xf32>, tensor<8x12xf32>, tensor<12xf32>) -> tensor<4x12xf32>
+  %r = "taso.reshape"(%m) {{shape = array<i64: 1, 4, 12>}} : (tensor<4x12xf32>) -> tensor<1x4x12xf32>
+  %p:3 = "taso.split"(%r) {{axis = 2 : i64, sizes = array<i64: 4, 4, 4>, resultSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>}} : (tensor<1x4x12xf32>) -> (tensor<1x4x4xf32>, tensor<1x4x4xf32>, tensor<1x4x4xf32>)
+  %h = "taso.reshape"(%p#0) {{shape = array<i64: 1, 4, 2, 2>}} : (tensor<1x4x4xf32>) -> tensor<1x4x2x2xf32>
+  %t = "taso.transpose"(%h) {{perm = array<i64: 0, 2, 1, 3>}} : (tensor<1x4x2x2xf32>) -> tensor<1x2x4x2xf32>
+  %q = "taso.smul"(%t, %s) : (tensor<1x2x4x2xf32>, tensor<f32>) -> tensor<1x2x4x2xf32>
+  %k = "taso.smul"(%p#1, %s) : (tensor<1x4x4xf32>, tensor<f32>) -> tensor<1x4x4xf32>
+  return %q, %k, %p#2 : tensor<1x2x4x2xf32>, tensor<1x4x4xf32>, tensor<1x4x4xf32>
+}}
+"""
+
+
+def test_pieces_of_a_packed_projection_scale_their_columns():
+    # GPT-2's packed Q, K, V: Q's and K's columns of the weight and bias are scaled, V's are not
+    names, done, before, after = run_pass(PACKED, _fold)
+    assert done == 2 and "taso.smul" not in names
+    for a, b in zip(after, before):
+        np.testing.assert_array_equal(a, b)  # (0.5: exact)
+
+
 @pytest.mark.parametrize("case, body", [
     ("the scaled value has another use",
      '%m = "taso.matmul"(%x, %w) {activation = "none"} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>\n'
