@@ -481,7 +481,12 @@ def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, of
         if out_kind == "onnx":
             from taso_mlir.dialect.onnx_export import export_onnx
 
-            return export_onnx(module)
+            try:
+                return export_onnx(module)
+            except TasoError as e:
+                if shapes and "would not be valid" in str(e):  # (shapes the import's inference could not relate)
+                    raise TasoError(f"{e} (do the --input-shape sizes agree with each other?)") from None
+                raise
         if out_kind == "bytecode":
             buf = io.BytesIO()
             module.operation.write_bytecode(buf)
