@@ -135,7 +135,10 @@ def op_ref(k: int, j: int, num_results: int) -> Ref:
 
 def _resolve_dim(d, shapes: Mapping[Ref, tuple]) -> int:
     if isinstance(d, tuple):
-        return int(shapes[d[0]][d[1]])
+        shape = shapes[d[0]]
+        if not -len(shape) <= d[1] < len(shape):  # (a rank-polymorphic match of a smaller rank)
+            raise specs.SpecError(f"dimension {d[1]} of {d[0]}, which has rank {len(shape)}")
+        return int(shape[d[1]])
     return int(d)
 
 

@@ -449,3 +449,18 @@ func.func @attention_scale(%x: tensor<1x4x8xf32>, %k: tensor<1x2x2x4xf32>) -> (t
   %z = "onnx.Div"(%k, %three) : (tensor<1x2x2x4xf32>, tensor<f32>) -> tensor<1x2x2x4xf32>
   return %y, %z : tensor<1x2x4x4xf32>, tensor<1x2x2x4xf32>
 }
+
+// -----
+
+// A rule stated on 2-D tensors whose target makes a constant from the input's dimension 1 (an
+// identity matrix the size of a row) matches a 1-D scalar multiply by its rank-polymorphic source: the
+// site is rejected (the target does not type-check) instead of stopping the search.
+// CHECK-LABEL: func.func @smul_rank1
+// CHECK: "taso.smul"
+// REPORT: @smul_rank1: cost {{.*}} 0 rewrites applied
+func.func @smul_rank1(%x: tensor<8xf32>, %y: tensor<8xf32>) -> tensor<8xf32> {
+  %s = "taso.weight"() {name = "s", value = dense<0.5> : tensor<f32>} : () -> tensor<f32>
+  %a = "taso.ewadd"(%x, %y) : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  %m = "taso.smul"(%a, %s) : (tensor<8xf32>, tensor<f32>) -> tensor<8xf32>
+  return %m : tensor<8xf32>
+}
