@@ -610,6 +610,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                          "(analytic T4 and cost-model=cpu), compare and time both in onnxruntime, print a table")
     ap.add_argument("--workdir", default=None, help="where --measure writes its models (default: a temp dir)")
     a = ap.parse_args(argv)
+    if a.workdir and not os.path.isdir(a.workdir):
+        ap.error(f"--workdir {a.workdir}: no such directory")
     if a.search is not None:
         import tempfile
 
