@@ -3,14 +3,18 @@
 For every function: fold inference batchnorms into the convolutions before them (``fold_batchnorm``,
 TASO's built-in conv + batchnorm rule); fold generic ONNX ops with constant results and the ops
 that compute only from weights (``fold_generic``, ``fold_weights``), raise Squeeze/Unsqueeze/Flatten
-and gathers of a whole axis to `taso` ops (``raise_generic``) and merge repeated ops (``cse``); build
-the in-memory graph (``tgraph``), search it (``search``), then replay the best graph's rewrites on
-the IR with the emitted PDL patterns at the chosen sites (``pdl.Replayer``), check that the IR now
+and gathers of a whole axis to `taso` ops (``raise_generic``), fold scalar multiplies (and divisions
+by powers of two) into the weights they reach (``fold_scale``), merge repeated ops (``cse``), fold bias
+adds into matmuls (``matmul_bias``) and flatten matmuls of a shared 3-D input (``flatten_matmul``);
+build the in-memory graph (``tgraph``), search it (``search``), then replay the best graph's rewrites
+on the IR with the emitted PDL patterns at the chosen sites (``pdl.Replayer``), check that the IR now
 has exactly the structure the search scored, fold the ops that compute only from weights into new
-weights, lift elementwise and layout ops over splits (``lift_elementwise``, ``lift_layout``), make
-reshape/transpose chains one transpose (``layout_chains``), and remove dead ops. ``report`` writes
-what happened; its cost before is the input's (before the batchnorm folding), so the reduction it
-reports includes the folding.
+weights, lift elementwise ops over splits (``lift_elementwise``), restore the flattened matmuls
+(merged ones read the 3-D input again where that costs less), lift layout ops over splits
+(``lift_layout``), make reshape/transpose chains one transpose (``layout_chains``), and remove dead
+ops. Where the result costs more as written than the function the search started from, that function
+is kept. ``report`` writes what happened; its cost before is the input's (before the batchnorm
+folding), so the reduction it reports includes the folding.
 """
 
 from __future__ import annotations
