@@ -183,7 +183,7 @@ def compare_models(a, b, trials: int = 2, seed: int = 0, bounds: Optional[dict] 
     names_b = [o.name for o in sb.get_outputs()]
     if names_a != names_b:
         raise TasoError(f"output names differ: {names_a} vs {names_b}")
-    max_abs, scale, worst, tolerance, worst_output = 0.0, 1.0, 0.0, 1e-5, ""
+    max_abs, scale, worst, tolerance, worst_output, inf_output = 0.0, 1.0, 0.0, 1e-5, "", ""
     for f, ra in zip(feeds, results_a):
         try:
             rb = sb.run(None, f)
@@ -198,7 +198,7 @@ def compare_models(a, b, trials: int = 2, seed: int = 0, bounds: Optional[dict] 
             if x.dtype.kind in "fc":
                 fin = np.isfinite(x)
                 if not np.array_equal(fin, np.isfinite(y)):
-                    max_abs, worst_output = float("inf"), worst_output or name
+                    max_abs, inf_output = float("inf"), inf_output or name
                     continue
                 d = np.abs(x[fin].astype(np.float64) - y[fin].astype(np.float64))
                 dmax = float(d.max()) if d.size else 0.0
@@ -209,7 +209,7 @@ def compare_models(a, b, trials: int = 2, seed: int = 0, bounds: Optional[dict] 
                     worst, tolerance, worst_output = dmax / max(1.0, smax) / tol, tol, name
             else:
                 if not np.array_equal(x, y):
-                    max_abs, worst_output = float("inf"), worst_output or name
-    if max_abs == float("inf"):
-        worst = float("inf")
+                    max_abs, inf_output = float("inf"), inf_output or name
+    if max_abs == float("inf"):  # (an output with other non-finite, integer or boolean values comes first)
+        worst, worst_output = float("inf"), inf_output
     return NumericReport(max_abs, scale, len(names_a), trials, worst, tolerance, worst_output)

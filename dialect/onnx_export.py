@@ -490,6 +490,7 @@ def write_atomic(path: str, write, what: str = "", check=None) -> None:
         fd, tmp = tempfile.mkstemp(prefix=".taso-", dir=d)
     except OSError as e:
         raise TasoError(f"{given}: cannot write{what} ({e.strerror})") from None
+    kept = False
     try:
         # mkstemp makes the file 0600: give it what open() would (or the mode of the file it replaces)
         os.fchmod(fd, _new_file_mode(path))
@@ -498,13 +499,15 @@ def write_atomic(path: str, write, what: str = "", check=None) -> None:
         if check is not None:
             check(tmp)
         os.replace(tmp, path)
+        kept = True
     except Exception as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
         if isinstance(e, TasoError):
             raise
         reason = e.strerror if isinstance(e, OSError) and e.strerror else one_line(e)
         raise TasoError(f"{given}: cannot write{what} ({reason})") from None
+    finally:  # (also on Ctrl-C during a long check)
+        if not kept and os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def save_onnx(model: onnx.ModelProto, path: str, check=None) -> None:

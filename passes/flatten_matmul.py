@@ -143,9 +143,9 @@ def unflatten_split_matmuls(f: ir.Operation, cost_model) -> int:
 
     block = f.regions[0].blocks[0]
     done = 0
-    for o in list(block.operations):
-        split = o.operation
-        if split.name != "taso.split" or taso_attrs(split)["axis"] != 1:
+    # (the splits first: the loop erases other ops, whose handles in a list of every op would dangle)
+    for split in [o.operation for o in block.operations if o.operation.name == "taso.split"]:
+        if taso_attrs(split)["axis"] != 1:
             continue
         m = _owner(split.operands[0])
         if m is None or m.name != "taso.matmul" or sum(1 for _ in m.results[0].uses) != 1:

@@ -144,6 +144,32 @@ def _absorb_piece(split: ir.Operation, k: int, s: float) -> Optional[list]:
     return [(m, i, cols) for i in range(1, len(ops))]
 
 
+def _np_dtype(t: ir.Type):
+    from taso_mlir.dialect.types import numpy_dtype, onnx_dtype_of_mlir
+
+    return numpy_dtype(onnx_dtype_of_mlir(str(ir.RankedTensorType(t).element_type)))
+
+
+def _scaled(op: ir.Operation, i: int, cols, s: float) -> Optional[np.ndarray]:
+    """Operand ``i`` of ``op`` (a weight) times ``s`` (in columns ``cols`` of its last axis, where given),
+    rounded once to its element type; None where that leaves the normal range (an overflow to inf, or a
+    nonzero value that would lose precision as a subnormal or zero)."""
+    v = op.operands[i]
+    arr = dense_array(_owner(v).attributes["value"]).astype(np.float64)
+    if cols:
+        arr[..., cols[0]:cols[1]] *= s
+    else:
+        arr = arr * s
+    dt = _np_dtype(v.type)
+    with np.errstate(over="ignore", under="ignore"):
+        out = arr.astype(dt)
+    fin = np.finfo(dt)
+    nonzero = arr != 0
+    if not np.all(np.isfinite(out)) or np.any(np.abs(out[nonzero]) < fin.tiny):
+        return None
+    return out
+
+
 def _scale_weights(plan: list, s: float, names: set) -> None:
     """Give each (op, operand number[, (first column, end)]) of ``plan`` a new weight holding that
     operand's value times ``s`` (in those columns of its last axis only, where given; computed in
@@ -151,20 +177,23 @@ def _scale_weights(plan: list, s: float, names: set) -> None:
     for op, i, *cols in plan:
         v = op.operands[i]
         w = _owner(v)
-        arr = dense_array(w.attributes["value"]).astype(np.float64)
-        if cols:
-            arr[..., cols[0][0]:cols[0][1]] *= s
-        else:
-            arr = arr * s
+        arr = _scaled(op, i, cols[0] if cols else None, s)
         base = ir.StringAttr(w.attributes["name"]).value
         with ir.InsertionPoint(w):
             nw = new_weight(fresh_name(f"{base}.scaled", names), arr, v.type, loc=w.location)
         op.operands[i] = nw.results[0]
 
 
+def _foldable(v: ir.Value, s: float) -> bool:
+    """``absorb`` has a plan for ``v`` and ``s`` whose scaled weights stay in their type's normal range."""
+    plan = absorb(v, s)
+    return plan is not None and all(_scaled(o, i, c[0] if c else None, s) is not None for o, i, *c in plan)
+
+
 def div_to_smul(f: ir.Operation) -> int:
     """Make each generic ``onnx.Div(x, c)`` with ``c`` a constant float scalar ``+-2**k`` (and a float
-    result of ``x``'s type) a ``taso.smul(x, 1/c)``. Returns the number of ops raised."""
+    result of ``x``'s type) whose reciprocal ``fold_scalar_scales`` can fold a ``taso.smul(x, 1/c)``.
+    Returns the number of ops raised."""
     block = f.regions[0].blocks[0]
     names = _names(f)
     done = 0
@@ -182,10 +211,15 @@ def div_to_smul(f: ir.Operation) -> int:
         et = ir.RankedTensorType(x.type).element_type
         if not _is_float(et):
             continue
+        with np.errstate(over="ignore", under="ignore"):
+            inv = np.array(1.0 / value).astype(_np_dtype(x.type))
+        if not np.isfinite(inv) or abs(float(inv)) < np.finfo(inv.dtype).tiny or float(inv) != 1.0 / value:
+            continue  # (the reciprocal must be a normal number of the element type)
+        if not _foldable(x, float(inv)):
+            continue  # (only to be folded: as a multiply the search could move it onto a weight that overflows)
         with ir.InsertionPoint(op):
-            inv = new_weight(fresh_name("taso_scale_", names), np.array(1.0 / value), ir.RankedTensorType.get([], et),
-                             loc=op.location)
-            sm = create_taso_op("smul", [x, inv.results[0]], [x.type], {}, loc=op.location)
+            w = new_weight(fresh_name("taso_scale_", names), inv, ir.RankedTensorType.get([], et), loc=op.location)
+            sm = create_taso_op("smul", [x, w.results[0]], [x.type], {}, loc=op.location)
         op.results[0].replace_all_uses_with(sm.results[0])
         op.erase()
         done += 1
@@ -205,10 +239,9 @@ def fold_scalar_scales(f: ir.Operation) -> int:
         s = _scalar_weight(op.operands[1])
         if s is None or s == 0 or not math.isfinite(s):
             continue
-        plan = absorb(op.operands[0], s)
-        if plan is None:
+        if not _foldable(op.operands[0], s):
             continue
-        _scale_weights(plan, s, names)
+        _scale_weights(absorb(op.operands[0], s), s, names)
         op.results[0].replace_all_uses_with(op.operands[0])
         op.erase()
         done += 1

@@ -317,6 +317,7 @@ def _run_checked(module_op, f, rws, by_id, builder, sopts, replayer, opts) -> di
     g_in = T.from_function(f, T.Builder(builder.cost_model, split_trees=False))[0]
     fr.update(ops_after=g_in.num_ops, cost_after_ms=g_in.cost, cost_searched_ms=g_in.cost, applied={},
               rewrites_applied=0)
+    fr.pop("search_result_dropped", None)
     for k in _CHANGE_COUNTS:
         fr[k] = 0
     fr.update(ops_after_fold=fr["ops_before"], cost_after_fold_ms=fr["cost_before_ms"])

@@ -140,6 +140,8 @@ def _main(argv: list[str]) -> int:
         raise TasoError(f"{out_path}: refusing to overwrite the input file")
     out_kind = _out_kind(out_path, args.emit_bytecode)
     in_kind = _in_kind(in_path)
+    if in_kind == "onnx" and out_kind == "onnx" and out_path != "-" and in_path != "-":
+        _check_data_file(in_path, out_path)
     if in_kind == "onnx" and args.split_input_file:
         raise TasoError("--split-input-file applies to MLIR text input only")
     if args.input_shape and in_kind != "onnx":
@@ -203,6 +205,29 @@ def _main(argv: list[str]) -> int:
     for line in args.summary_lines:
         sys.stderr.write(line)
     return cli.EXIT_ERROR if failures else 0
+
+
+def _check_data_file(in_path: str, out_path: str) -> None:
+    """A model over 2 GB is written with its weights in ``<output>.data``: refuse an output path whose
+    ``.data`` file holds the input's own external data (writing would replace the input's weights)."""
+    import onnx
+
+    from taso_mlir.dialect.errors import TasoError
+
+    data = out_path + ".data"
+    if not os.path.isfile(data):
+        return
+    try:
+        model = onnx.load(in_path, load_external_data=False)
+    except Exception:
+        return  # (the import reports an unreadable input)
+    base = os.path.dirname(os.path.abspath(in_path))
+    for t in model.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            loc = next((e.value for e in t.external_data if e.key == "location"), None)
+            if loc and os.path.exists(os.path.join(base, loc)) and os.path.samefile(os.path.join(base, loc), data):
+                raise TasoError(f"{out_path}: refusing to write here: {data} holds the input's external data, "
+                                "and an output over 2 GB writes its weights there")
 
 
 def _numeric_check(args, in_path: str, output):

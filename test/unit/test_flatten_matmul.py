@@ -235,3 +235,19 @@ def test_a_search_result_that_costs_more_as_written_is_dropped(tmp_path, monkeyp
     assert fr["search_result_dropped"]["cost_ms"] > fr["cost_before_ms"] == fr["cost_after_ms"]
     assert fr["rewrites_applied"] == 0 and fr["applied"] == {}
     assert sorted(n.op_type for n in export_onnx(module).graph.node) == ["MatMul", "MatMul", "Reshape"]
+
+
+def test_the_restoring_touches_no_freed_op():
+    """The pass erased ops that a list of every op still held, then read them (a crash where freed
+    memory is overwritten): run it with glibc filling freed memory."""
+    import os
+
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from test_flatten_matmul import _merged, _analytic, FM\n"
+            "from unit_helpers import run_pass\n"
+            "for extra in (False, True):\n"
+            "    assert run_pass(_merged(extra), lambda f: FM.unflatten_split_matmuls(f, _analytic()))[1] == 1\n"
+            % os.path.dirname(__file__))
+    env = dict(os.environ, GLIBC_TUNABLES="glibc.malloc.tcache_count=0", MALLOC_PERTURB_="165")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])

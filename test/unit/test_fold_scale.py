@@ -180,3 +180,44 @@ def test_division_by_a_power_of_two_is_the_multiply_bit_for_bit():
         for k in range(-4, 5):
             c = np.float32(2.0 ** k)
             np.testing.assert_array_equal(x / c, x * np.float32(1.0 / c))
+
+
+def test_a_scale_that_would_overflow_or_underflow_a_float16_weight_is_not_folded():
+    # 5000 * 16 is past float16's 65504; 1e-4 / 8 falls below its normal range (precision lost)
+    for value, factor in (("5000.0", "16.0"), ("1.0e-4", "0.125")):
+        text = f"""
+func.func @f(%x: tensor<2x4xf16>) -> tensor<2x4xf16> {{
+  %w = "taso.weight"() {{name = "w", value = dense<{value}> : tensor<4x4xf16>}} : () -> tensor<4x4xf16>
+  %s = "taso.weight"() {{name = "s", value = dense<{factor}> : tensor<f16>}} : () -> tensor<f16>
+  %m = "taso.matmul"(%x, %w) {{activation = "none"}} : (tensor<2x4xf16>, tensor<4x4xf16>) -> tensor<2x4xf16>
+  %y = "taso.smul"(%m, %s) : (tensor<2x4xf16>, tensor<f16>) -> tensor<2x4xf16>
+  return %y : tensor<2x4xf16>
+}}
+"""
+        from taso_mlir.dialect.mlir import ir, make_context
+
+        with make_context(), ir.Location.unknown():
+            m = ir.Module.parse(text)
+            assert FS.fold_scalar_scales(m.body.operations[0].operation) == 0, value
+
+
+def test_a_division_whose_reciprocal_is_not_a_normal_number_stays(tmp_path):
+    # x / 2**-16 in float16: 65536 is not a float16 number
+    text = """
+func.func @f(%x: tensor<4xf16>) -> tensor<4x4xf16> {
+  %w = "taso.weight"() {name = "w", value = dense<0.5> : tensor<4x4xf16>} : () -> tensor<4x4xf16>
+  %c = "taso.weight"() {name = "c", value = dense<1.52587890625e-05> : tensor<f16>} : () -> tensor<f16>
+  %r = "taso.reshape"(%x) {shape = array<i64: 1, 4>} : (tensor<4xf16>) -> tensor<1x4xf16>
+  %m = "taso.matmul"(%r, %w) {activation = "none"} : (tensor<1x4xf16>, tensor<4x4xf16>) -> tensor<1x4xf16>
+  %y = "onnx.Div"(%m, %c) : (tensor<1x4xf16>, tensor<f16>) -> tensor<1x4xf16>
+  %z = "taso.reshape"(%y) {shape = array<i64: 4, 1>} : (tensor<1x4xf16>) -> tensor<4x1xf16>
+  %b = "taso.reshape"(%z) {shape = array<i64: 4, 1>} : (tensor<4x1xf16>) -> tensor<4x1xf16>
+  %o = "taso.matmul"(%b, %r) {activation = "none"} : (tensor<4x1xf16>, tensor<1x4xf16>) -> tensor<4x4xf16>
+  return %o : tensor<4x4xf16>
+}
+"""
+    from taso_mlir.dialect.mlir import ir, make_context
+
+    with make_context(), ir.Location.unknown():
+        m = ir.Module.parse(text)
+        assert FS.div_to_smul(m.body.operations[0].operation) == 0

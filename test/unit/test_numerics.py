@@ -73,3 +73,18 @@ def test_the_report_names_the_output_that_differs():
     assert compare_models(_two_outputs(1.0), _two_outputs(2.0)).ok
     rep = compare_models(_scaled(1.0, np.float32), _scaled(1.5, np.float32))
     assert not rep.ok and rep.worst_output == "y"
+
+
+def test_an_integer_output_that_differs_is_named_before_a_float_one_within_tolerance():
+    def model(c: float, k: int) -> onnx.ModelProto:
+        g = helper.make_graph([helper.make_node("Mul", ["x", "c"], ["A"]), helper.make_node("Add", ["i", "k"], ["B"])], "s",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8]),
+                               helper.make_tensor_value_info("i", TensorProto.INT64, [8])],
+                              [helper.make_tensor_value_info("A", TensorProto.FLOAT, [8]),
+                               helper.make_tensor_value_info("B", TensorProto.INT64, [8])],
+                              [numpy_helper.from_array(np.array([c], np.float32), "c"),
+                               numpy_helper.from_array(np.array([k], np.int64), "k")])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+    rep = compare_models(model(1.0, 1), model(1.0 + 2.0 ** -22, 2))  # A within tolerance, B wrong
+    assert not rep.ok and rep.worst_output == "B"

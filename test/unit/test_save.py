@@ -140,3 +140,31 @@ def test_compare_models_takes_paths_and_protos(tmp_path):
     assert compare_models(str(src), model).max_abs == 0
     assert compare_models(model, str(src)).max_abs == 0
     assert not compare_models(str(src), wrong).ok
+
+
+def test_an_interrupted_check_leaves_nothing(tmp_path):
+    # Ctrl-C while the numeric check runs on the temporary file: the file goes
+    model, _ = _model(8)
+
+    def check(path):
+        assert os.path.exists(path)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        onnx_export.save_onnx(model, str(tmp_path / "out.onnx"), check=check)
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_output_whose_data_file_holds_the_input_weights_is_refused(tmp_path, capsys):
+    # in.onnx keeps its weights in out.onnx.data: writing out.onnx over 2 GB would replace them
+    from taso_mlir.tools import taso_opt
+
+    model, _ = _model(64)
+    onnx.save_model(model, str(tmp_path / "in.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="out.onnx.data", size_threshold=0)
+    before = (tmp_path / "out.onnx.data").read_bytes()
+    assert taso_opt.main([str(tmp_path / "in.onnx"), "-o", str(tmp_path / "out.onnx")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds the input's external data" in err[0], err
+    assert (tmp_path / "out.onnx.data").read_bytes() == before and not (tmp_path / "out.onnx").exists()
+    assert taso_opt.main([str(tmp_path / "in.onnx"), "-o", str(tmp_path / "other.onnx")]) == 0
