@@ -96,6 +96,22 @@ def flatten_shared_matmuls(f: ir.Operation) -> int:
     return done
 
 
+def _flattened_matmul(v: ir.Value):
+    """``v`` = ``matmul(reshape(x, [rows, K]), W)`` as the flattening writes it: ``x`` static of rank 3 or
+    more (``lead + [K]``, ``prod(lead) = rows``), ``W`` 2-D, and ``v`` the matmul's only use. Returns
+    (the matmul, the reshape, x's shape, W's shape), else None."""
+    m = _owner(v)
+    if m is None or m.name != "taso.matmul" or sum(1 for _ in m.results[0].uses) != 1:
+        return None
+    flat = _owner(m.operands[0])
+    if flat is None or flat.name != "taso.reshape":
+        return None
+    xs, ws, ys = _shape(flat.operands[0]), _shape(m.operands[1]), _shape(m.operands[0])
+    if None in (xs, ws, ys) or len(xs) < 3 or len(ws) != 2 or ys != [math.prod(xs[:-1]), xs[-1]]:
+        return None
+    return m, flat, xs, ws
+
+
 def unflatten_matmuls(f: ir.Operation) -> int:
     """Turn ``reshape(matmul(reshape(x, [rows, K]), W), lead + [N])`` back into ``matmul(x, W)`` where
     ``x`` has shape ``lead + [K]`` with ``prod(lead) = rows`` and the inner matmul has no other use.
@@ -106,18 +122,13 @@ def unflatten_matmuls(f: ir.Operation) -> int:
         back = o.operation
         if back.name != "taso.reshape":
             continue
-        m = _owner(back.operands[0])
-        if m is None or m.name != "taso.matmul" or sum(1 for _ in m.results[0].uses) != 1:
+        found = _flattened_matmul(back.operands[0])
+        if found is None:
             continue
-        flat = _owner(m.operands[0])
-        if flat is None or flat.name != "taso.reshape":
+        m, flat, xs, ws = found
+        if _shape(back.results[0]) != xs[:-1] + [ws[-1]]:
             continue
-        x, w = flat.operands[0], m.operands[1]
-        xs, ws, ys, outs = _shape(x), _shape(w), _shape(m.operands[0]), _shape(back.results[0])
-        if None in (xs, ws, ys, outs) or len(xs) < 3 or len(ws) != 2 or len(ys) != 2:
-            continue
-        if ys != [math.prod(xs[:-1]), xs[-1]] or outs != xs[:-1] + [ws[-1]]:
-            continue
+        x = flat.operands[0]
         with ir.InsertionPoint(back):
             m3 = create_taso_op("matmul", [x] + list(m.operands)[1:], [back.results[0].type], taso_attrs(m),
                                 loc=m.location)
@@ -147,16 +158,11 @@ def unflatten_split_matmuls(f: ir.Operation, cost_model) -> int:
     for split in [o.operation for o in block.operations if o.operation.name == "taso.split"]:
         if taso_attrs(split)["axis"] != 1:
             continue
-        m = _owner(split.operands[0])
-        if m is None or m.name != "taso.matmul" or sum(1 for _ in m.results[0].uses) != 1:
+        found = _flattened_matmul(split.operands[0])
+        if found is None:
             continue
-        flat = _owner(m.operands[0])
-        if flat is None or flat.name != "taso.reshape":
-            continue
-        x, w = flat.operands[0], m.operands[1]
-        xs, ws, ys = _shape(x), _shape(w), _shape(m.operands[0])
-        if None in (xs, ws, ys) or len(xs) < 3 or len(ws) != 2 or ys != [math.prod(xs[:-1]), xs[-1]]:
-            continue
+        m, flat, xs, ws = found
+        x, ys = flat.operands[0], _shape(m.operands[0])
         lead = xs[:-1]
         users = [[_user(u) for u in r.uses] for r in split.results]
         sizes = list(taso_attrs(split)["sizes"])

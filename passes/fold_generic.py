@@ -91,6 +91,12 @@ def _dtype(t: ir.Type):
         return None
 
 
+def weight_names(f: ir.Operation) -> set:
+    """The names of the weights of function ``f``."""
+    return {ir.StringAttr(o.operation.attributes["name"]).value for o in f.regions[0].blocks[0].operations
+            if o.operation.name == "taso.weight"}
+
+
 def fresh_name(prefix: str, names: set) -> str:
     """``<prefix><i>`` for the first ``i`` from ``len(names)`` that is not in ``names``, added to them."""
     i = len(names)

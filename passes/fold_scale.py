@@ -32,15 +32,18 @@ import numpy as np
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import create_taso_op, dense_array, new_weight, taso_attrs
 
+from taso_mlir.dialect.convert_onnx_to_taso import _weight_of
+
 from .flatten_matmul import _owner, _shape
-from .fold_generic import MAX_ELEMENTS, fresh_name
+from .fold_generic import MAX_ELEMENTS, fresh_name, weight_names
+from .rulebook import FLOAT_TYPES
 
 #: how far up from the scaled value a plan looks
 _DEPTH = 12
 
 
 def _is_float(t: ir.Type) -> bool:
-    return str(t) in ("f16", "bf16", "f32", "f64")
+    return str(t) in FLOAT_TYPES
 
 
 def _uses(v: ir.Value) -> int:
@@ -49,8 +52,8 @@ def _uses(v: ir.Value) -> int:
 
 def _scalar_weight(v: ir.Value) -> Optional[float]:
     """The value of a rank-0 (or one-element) float weight, else None."""
-    o = _owner(v)
-    if o is None or o.name != "taso.weight":
+    o = _weight_of(v)
+    if o is None:
         return None
     t = ir.RankedTensorType(v.type)
     if not _is_float(t.element_type) or not t.has_static_shape or math.prod(t.shape) != 1:
@@ -62,8 +65,7 @@ def _scalar_weight(v: ir.Value) -> Optional[float]:
 
 
 def _float_weight(v: ir.Value) -> bool:
-    o = _owner(v)
-    if o is None or o.name != "taso.weight":
+    if _weight_of(v) is None:
         return False
     t = ir.RankedTensorType(v.type)
     if not _is_float(t.element_type) or not t.has_static_shape:
@@ -170,24 +172,26 @@ def _scaled(op: ir.Operation, i: int, cols, s: float) -> Optional[np.ndarray]:
     return out
 
 
-def _scale_weights(plan: list, s: float, names: set) -> None:
-    """Give each (op, operand number[, (first column, end)]) of ``plan`` a new weight holding that
-    operand's value times ``s`` (in those columns of its last axis only, where given; computed in
-    float64, rounded once); the old weight is left to dead-code elimination."""
-    for op, i, *cols in plan:
+def _scaled_plan(v: ir.Value, s: float) -> Optional[list]:
+    """``absorb``'s plan for ``v`` and ``s`` with each weight's scaled value: (op, operand number, array),
+    or None where there is no plan or a scaled weight would leave its type's normal range."""
+    plan = absorb(v, s)
+    if plan is None:
+        return None
+    out = [(op, i, _scaled(op, i, cols[0] if cols else None, s)) for op, i, *cols in plan]
+    return None if any(arr is None for _, _, arr in out) else out
+
+
+def _scale_weights(plan: list, names: set) -> None:
+    """Give each (op, operand number, scaled value) of ``_scaled_plan`` a new weight holding that value
+    at that operand; the old weight is left to dead-code elimination."""
+    for op, i, arr in plan:
         v = op.operands[i]
         w = _owner(v)
-        arr = _scaled(op, i, cols[0] if cols else None, s)
         base = ir.StringAttr(w.attributes["name"]).value
         with ir.InsertionPoint(w):
             nw = new_weight(fresh_name(f"{base}.scaled", names), arr, v.type, loc=w.location)
         op.operands[i] = nw.results[0]
-
-
-def _foldable(v: ir.Value, s: float) -> bool:
-    """``absorb`` has a plan for ``v`` and ``s`` whose scaled weights stay in their type's normal range."""
-    plan = absorb(v, s)
-    return plan is not None and all(_scaled(o, i, c[0] if c else None, s) is not None for o, i, *c in plan)
 
 
 def div_to_smul(f: ir.Operation) -> int:
@@ -195,7 +199,7 @@ def div_to_smul(f: ir.Operation) -> int:
     result of ``x``'s type) whose reciprocal ``fold_scalar_scales`` can fold a ``taso.smul(x, 1/c)``.
     Returns the number of ops raised."""
     block = f.regions[0].blocks[0]
-    names = _names(f)
+    names = weight_names(f)
     done = 0
     for o in list(block.operations):
         op = o.operation
@@ -215,7 +219,7 @@ def div_to_smul(f: ir.Operation) -> int:
             inv = np.array(1.0 / value).astype(_np_dtype(x.type))
         if not np.isfinite(inv) or abs(float(inv)) < np.finfo(inv.dtype).tiny or float(inv) != 1.0 / value:
             continue  # (the reciprocal must be a normal number of the element type)
-        if not _foldable(x, float(inv)):
+        if _scaled_plan(x, float(inv)) is None:
             continue  # (only to be folded: as a multiply the search could move it onto a weight that overflows)
         with ir.InsertionPoint(op):
             w = new_weight(fresh_name("taso_scale_", names), inv, ir.RankedTensorType.get([], et), loc=op.location)
@@ -230,7 +234,7 @@ def fold_scalar_scales(f: ir.Operation) -> int:
     """Drop every ``taso.smul(v, s)`` (``s`` a constant float scalar, finite and nonzero) whose factor
     ``absorb`` can put into weights, scaling those weights instead. Returns the number of ops dropped."""
     block = f.regions[0].blocks[0]
-    names = _names(f)
+    names = weight_names(f)
     done = 0
     for o in list(block.operations):
         op = o.operation
@@ -239,18 +243,14 @@ def fold_scalar_scales(f: ir.Operation) -> int:
         s = _scalar_weight(op.operands[1])
         if s is None or s == 0 or not math.isfinite(s):
             continue
-        if not _foldable(op.operands[0], s):
+        plan = _scaled_plan(op.operands[0], s)
+        if plan is None:
             continue
-        _scale_weights(absorb(op.operands[0], s), s, names)
+        _scale_weights(plan, names)
         op.results[0].replace_all_uses_with(op.operands[0])
         op.erase()
         done += 1
     return done
-
-
-def _names(f: ir.Operation) -> set:
-    return {ir.StringAttr(o.operation.attributes["name"]).value for o in f.regions[0].blocks[0].operations
-            if o.operation.name == "taso.weight"}
 
 
 def prove():

@@ -47,7 +47,7 @@ from .lift_layout import lift_layout
 from .matmul_bias import fuse_matmul_bias
 from .raise_generic import gathers_to_split, views_to_reshapes
 from .fold_batchnorm import fold_function
-from .fold_generic import fold_generic, fresh_name
+from .fold_generic import fold_generic, fresh_name, weight_names
 from .fold_scale import div_to_smul, fold_scalar_scales
 
 _REWRITES: dict = {}
@@ -128,7 +128,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     # now, so that identities they reveal (x + a folded zero) go before the search
     generic_folded = pre_folded = 0
     while True:  # (a generic op can use a taso op's folded result, and the other way round)
-        g_n = fold_generic(f, FOLDED_PREFIX, _weight_names(f))
+        g_n = fold_generic(f, FOLDED_PREFIX, weight_names(f))
         t_n = fold_weights(f)
         generic_folded, pre_folded = generic_folded + g_n, pre_folded + t_n
         if not (g_n or t_n):
@@ -351,16 +351,11 @@ def replay(f: ir.Operation, best: T.TGraph, mops: list, replayer: P.Replayer, by
 FOLDED_PREFIX = "taso_folded_"
 
 
-def _weight_names(f: ir.Operation) -> set:
-    return {ir.StringAttr(o.operation.attributes["name"]).value for o in f.regions[0].blocks[0].operations
-            if o.operation.name == "taso.weight"}
-
-
 def fold_weights(f: ir.Operation) -> int:
     """Replace every taso op whose operands are all weights or constants by a weight holding its
     value (computed with the reference semantics). Returns the number of ops folded."""
     block = f.regions[0].blocks[0]
-    names = _weight_names(f)
+    names = weight_names(f)
     values: dict = {}  # ir.Value -> np.ndarray, for weight-like values
     ops = [o.operation for o in block.operations]
     folded = 0
