@@ -56,6 +56,11 @@ class ExportSite:
         self.opset = ex.opset
         self.name = loc_name(op.location) or ""
 
+    @property
+    def dtype(self):
+        """The numpy type of the op's first result (constants the export adds are of it)."""
+        return _np_dtype(str(ir.ShapedType(self._op.results[0].type).element_type))
+
     def node(self, op_type: str, inputs, outputs, **attrs) -> None:
         self._ex.nodes.append(helper.make_node(op_type, list(inputs), list(outputs),
                                                name=self._ex.names_nodes.fresh(self.name or op_type), **attrs))

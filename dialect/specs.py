@@ -158,9 +158,17 @@ def broadcast_shape(a: Shape, b: Shape) -> Shape:
         raise SpecError(f"shapes {list(a)} and {list(b)} do not broadcast") from None
 
 
+#: ReLU6's ceiling: the conv activation ``relu6`` is ONNX ``Clip(x, 0, 6)``
+RELU6_MAX = 6.0
+
+
 def _activation(x: np.ndarray, act: str) -> np.ndarray:
     if act == "relu":
         return np.maximum(x, np.zeros((), dtype=x.dtype))
+    if act == "relu6":
+        return np.minimum(np.maximum(x, np.zeros((), dtype=x.dtype)), np.asarray(RELU6_MAX, dtype=x.dtype))
+    if act != "none":
+        raise SpecError(f"unknown activation {act!r}")
     return x
 
 
@@ -536,12 +544,19 @@ def _ref_weight(ins, a, outs):
 
 
 def _with_activation(site, op_type, inputs, **attrs):
-    if site.attrs.get("activation", "none") == "relu":
-        t = site.tmp("preact")
-        site.node(op_type, inputs, [t], **attrs)
-        site.node("Relu", [t], site.outputs)
-    else:
+    act = site.attrs.get("activation", "none")
+    if act == "none":
         site.node(op_type, inputs, site.outputs, **attrs)
+        return
+    t = site.tmp("preact")
+    site.node(op_type, inputs, [t], **attrs)
+    if act == "relu":
+        site.node("Relu", [t], site.outputs)
+    elif site.opset >= 11:  # relu6: Clip's bounds are inputs from opset 11, of the tensor's type
+        lo, hi = (site.const(np.asarray(v, dtype=site.dtype), n) for v, n in ((0.0, "min"), (RELU6_MAX, "max")))
+        site.node("Clip", [t, lo, hi], site.outputs)
+    else:
+        site.node("Clip", [t], site.outputs, min=0.0, max=RELU6_MAX)
 
 
 def _export_conv2d(site):
@@ -640,6 +655,8 @@ def _export_constant(site):
 _STRIDES = AttrSpec("strides", "ints", (1, 1), doc="window strides [h, w]")
 _PADS = AttrSpec("pads", "ints", (0, 0, 0, 0), doc="[top, left, bottom, right]")
 _ACT = AttrSpec("activation", "str", "none", ("none", "relu"), doc="fused activation")
+_CONV_ACT = AttrSpec("activation", "str", "none", ("none", "relu", "relu6"),
+                     doc="fused activation (relu6: Clip(x, 0, 6))")
 
 
 SPECS: dict[str, OpSpec] = {}
@@ -651,7 +668,7 @@ def _add(spec: OpSpec) -> None:
 
 _add(OpSpec("conv2d", "2-D convolution (NCHW, OIHW) with optional bias and fused activation",
             operands=("input", "weight"), optional_operands=("bias",),
-            attrs=(_STRIDES, _PADS, AttrSpec("dilations", "ints", (1, 1)), AttrSpec("group", "int", 1), _ACT),
+            attrs=(_STRIDES, _PADS, AttrSpec("dilations", "ints", (1, 1)), AttrSpec("group", "int", 1), _CONV_ACT),
             shape=_shape_conv2d, ref=_ref_conv2d, onnx_ops=("Conv",), to_onnx=_export_conv2d))
 _add(OpSpec("matmul", "batched matrix product (numpy matmul broadcasting) with optional bias (one value per "
             "output column) and fused activation",

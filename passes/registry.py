@@ -131,6 +131,20 @@ register(PassInfo(
 ))
 
 
+def _run_fuse_relu6(op: ir.Operation, opts: dict) -> None:
+    from .fuse_clip import fuse_relu6
+
+    fuse_relu6(op)
+
+
+register(PassInfo(
+    "taso-fuse-relu6",
+    "Fuse ReLU6 (onnx.Clip with constant bounds 0 and 6) into the convolution before it (no fused activation "
+    "or a fused relu, the conv result used only by the Clip): conv2d {activation = \"relu6\"}",
+    _run_fuse_relu6,
+))
+
+
 def _run_search(op: ir.Operation, opts: dict) -> None:
     from .taso_search import run
 
@@ -143,7 +157,7 @@ def _cost_model_name(v: str) -> bool:
 
 register(PassInfo(
     "taso-search",
-    "taso-fold-batchnorm, then TASO's cost-based backtracking search with the verified rules (applied as PDL "
+    "taso-fold-batchnorm and taso-fuse-relu6, then TASO's cost-based backtracking search with the verified rules (applied as PDL "
     "patterns at the chosen sites), then folding of weight-only ops and dead-code elimination",
     _run_search,
     (PassOption("alpha", float, 1.05, "queue graphs costing less than alpha x the best (1: greedy)",

@@ -1,7 +1,7 @@
 """The ``taso-search`` pass: cost-based backtracking search with the verified rules, applied as PDL.
 
 For every function: fold inference batchnorms into the convolutions before them (``fold_batchnorm``,
-TASO's built-in conv + batchnorm rule); fold generic ONNX ops with constant results and the ops
+TASO's built-in conv + batchnorm rule) and ReLU6 (``Clip(0, 6)``) into them (``fuse_clip``); fold generic ONNX ops with constant results and the ops
 that compute only from weights (``fold_generic``, ``fold_weights``), raise Squeeze/Unsqueeze/Flatten
 and gathers of a whole axis to `taso` ops (``raise_generic``), fold scalar multiplies (and divisions
 by powers of two) into the weights they reach (``fold_scale``), merge repeated ops (``cse``), fold bias
@@ -14,7 +14,7 @@ weights, lift elementwise ops over splits (``lift_elementwise``), restore the fl
 (``lift_layout``), make reshape/transpose chains one transpose (``layout_chains``), and remove dead
 ops. Where the result costs more as written than the function the search started from, that function
 is kept. ``report`` writes what happened; its cost before is the input's (before the batchnorm
-folding), so the reduction it reports includes the folding.
+folding), so the reduction it reports includes the folding and the ReLU6 fusion.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from .lift_layout import lift_layout
 from .matmul_bias import fuse_matmul_bias
 from .raise_generic import gathers_to_split, views_to_reshapes
 from .fold_batchnorm import fold_function
+from .fuse_clip import fuse_function as fuse_relu6
 from .fold_generic import fold_generic, fresh_name, weight_names
 from .fold_scale import div_to_smul, fold_scalar_scales
 
@@ -118,10 +119,11 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     cost_in = T.from_function(f, written)[0].cost
     tick = time.monotonic()
     bn_folded = fold_function(f)
+    relu6_fused = fuse_relu6(f)  # (after the batchnorm folding: conv, batchnorm, Clip)
     fold_s = time.monotonic() - tick
-    cost_bn = T.from_function(f, written)[0].cost if bn_folded else cost_in
+    cost_bn = T.from_function(f, written)[0].cost if bn_folded or relu6_fused else cost_in
     g0 = g_in
-    if bn_folded:
+    if bn_folded or relu6_fused:
         g0, mops = T.from_function(f, builder)
     g_bn = g0
     # constants the generic ops compute (from static shapes, from weights) and the weight-only ops folded
@@ -212,7 +214,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "function": name,
         "ops_before": g_in.num_ops, "ops_after": g_out.num_ops,
         "cost_before_ms": cost_in, "cost_after_ms": g_out.cost, "cost_searched_ms": best.cost,
-        "batchnorms_folded": bn_folded, "ops_after_fold": g_bn.num_ops, "cost_after_fold_ms": cost_bn,
+        "batchnorms_folded": bn_folded, "relu6_fused": relu6_fused, "ops_after_fold": g_bn.num_ops, "cost_after_fold_ms": cost_bn,
         "fold_batchnorm_s": round(fold_s, 3),
         "applied": dict(Counter(h[0] for h in history).most_common()),
         "rewrites_applied": len(history),
@@ -235,7 +237,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
 
 
 #: what a function's report counts of the changes made to it (zero where the input is kept)
-_CHANGE_COUNTS = ("batchnorms_folded", "weights_folded", "generic_folded", "views_raised", "gathers_raised", "divs_raised", "scales_folded", "repeats_merged", "identities_dropped", "splits_fused", "concats_fused",
+_CHANGE_COUNTS = ("batchnorms_folded", "relu6_fused", "weights_folded", "generic_folded", "views_raised", "gathers_raised", "divs_raised", "scales_folded", "repeats_merged", "identities_dropped", "splits_fused", "concats_fused",
                   "matmuls_flattened", "matmuls_unflattened", "merged_matmuls_unflattened", "matmul_biases_fused", "elementwise_lifted",
                   "weights_permuted", "weights_merged", "reshapes_composed", "layout_lifted", "layout_chains", "row_chains_moved")
 #: of those, the ones that change nothing by themselves: matmuls flattened for the search, and restored
@@ -534,7 +536,7 @@ def format_report(rep: dict) -> str:
                  f"{fr.get('weights_merged', 0)} duplicate folded weights merged"
                  + (", TIMED OUT (best so far kept)" if fr["timed_out"] else ""))
         L.append(f"    batchnorm folding (before the search, included above): {fr['batchnorms_folded']} batchnorms "
-                 f"folded into convolutions, cost {before:.4g} -> {fr['cost_after_fold_ms']:.4g} ms, ops "
+                 f"folded into convolutions, {fr.get('relu6_fused', 0)} ReLU6 (Clip 0..6) fused into them, cost {before:.4g} -> {fr['cost_after_fold_ms']:.4g} ms, ops "
                  f"{fr['ops_before']} -> {fr['ops_after_fold']}, {fr['fold_batchnorm_s']} s")
         if fr.get("elementwise_lifted"):
             L.append(f"    {fr['elementwise_lifted']} elementwise ops on split pieces lifted to one op on the whole "

@@ -16,7 +16,7 @@ import time
 from multiprocessing.connection import wait
 
 from ..generator import graph as G
-from .axioms import AXIOMS, Z3Algebra, kcode, scode
+from .axioms import ACT, AXIOMS, Z3Algebra, kcode, scode
 
 
 class Untranslatable(Exception):
@@ -25,6 +25,15 @@ class Untranslatable(Exception):
 
 #: the ops whose stride a rule may state symbolically
 WINDOW_OPS = ("conv2d", "maxpool2d", "avgpool2d")
+
+
+def _act(attrs: dict) -> int:
+    """The axioms' activation code (0 none, 1 relu); an activation they do not cover (relu6) cannot be
+    translated, so no rule with one is proved."""
+    act = attrs.get("activation", "none")
+    if act not in ACT:
+        raise Untranslatable(f"activation {act}")
+    return ACT[act]
 
 
 def generalize_strides(g: G.Graph) -> G.Graph:
@@ -67,7 +76,7 @@ def translate(g: G.Graph, A: Z3Algebra, variables: dict) -> list:
             outs = [A.t(ins[0])]
         elif n == "matmul":
             mm = A.mm if len(ins) == 2 else A.mm_b  # with a bias operand: another function
-            outs = [mm(1 if a.get("activation") == "relu" else 0, *ins)]
+            outs = [mm(_act(a), *ins)]
         elif n == "conv2d":
             if a.get("pads") != "same":
                 raise Untranslatable("conv2d padding other than 'same'")
@@ -75,7 +84,7 @@ def translate(g: G.Graph, A: Z3Algebra, variables: dict) -> list:
                 raise Untranslatable(f"conv2d group {a['group']}")
             conv = A.conv if len(ins) == 2 else A.conv_b  # with a bias operand: another function
             outs = [conv(stride(a["strides"]), 1 if a["group"] == 1 else 0,
-                         1 if a.get("activation") == "relu" else 0, *ins)]
+                         _act(a), *ins)]
         elif n == "concat":
             outs = [A.cat(a["axis"], *ins)]
         elif n == "split":

@@ -1,0 +1,153 @@
+"""``taso-fuse-relu6``: fuse ReLU6 (ONNX ``Clip(x, 0, 6)``) into the convolution before it.
+
+TASO fuses a ReLU into the convolution before it (``conv2d {activation = "relu"}``); MobileNet-style
+models use ReLU6 instead, exported by torch as ``Clip`` with constant bounds 0 and 6, which the
+conversion leaves as a generic ``onnx.Clip``. A site is::
+
+    y = taso.conv2d(x, w[, b]) {activation = "none" or "relu", ...}     (y has no other use)
+    z = onnx.Clip(y, lo, hi)        lo, hi: taso.weight scalars equal to 0 and 6
+                                    (before opset 11: attributes min = 0, max = 6)
+
+with one float element type (f16, f32, f64) throughout. It becomes::
+
+    z = taso.conv2d(x, w[, b]) {activation = "relu6", ...}
+
+The export writes it back as ``Conv`` then ``Clip(0, 6)``: the same ONNX ops, so onnxruntime computes
+the same numbers (its CPU provider makes the Clip the Conv's activation, as it does a Relu), while the
+cost models and the search see one op, as for a fused relu. ``relu6`` is ``min(max(y, 0), 6)``, which is ONNX's ``Clip(y, 0, 6)`` by
+definition, and ``Clip(max(y, 0), 0, 6)`` for a conv with a fused relu; ``prove()`` proves both with Z3.
+A Clip with other bounds, a missing bound, bounds that are not constants, a conv result with other
+uses, or an integer or bf16 type is left as is. The rules of the library are stated for ``none`` and
+``relu`` convolutions only and match every attribute exactly, so a ``relu6`` convolution is opaque to
+the search.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from taso_mlir.dialect.convert_onnx_to_taso import _weight_of
+from taso_mlir.dialect.errors import TasoError
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.ops import dense_array, named, taso_attrs
+from taso_mlir.dialect.specs import RELU6_MAX
+
+from .fold_batchnorm import FLOAT_ELEMS
+
+#: the conv activations a Clip(0, 6) after it turns into relu6
+_FUSABLE = ("none", "relu")
+
+
+def _scalar(v: ir.Value) -> Optional[float]:
+    """The value of a one-element ``taso.weight`` operand, else None."""
+    w = _weight_of(v)
+    if w is None:
+        return None
+    try:
+        a = dense_array(w.attributes["value"])
+    except (TasoError, KeyError):
+        return None
+    return float(a.reshape(-1)[0]) if a.size == 1 else None
+
+
+def _bounds(clip: ir.Operation) -> Optional[tuple]:
+    """(lo, hi) of a Clip with both bounds constant: operands from opset 11, attributes before; else None."""
+    attrs = {na.name: na.attr for na in named(clip.attributes)}
+    if len(clip.operands) == 3 and not attrs:
+        elem = str(ir.ShapedType(clip.operands[0].type).element_type)
+        if any(str(ir.ShapedType(v.type).element_type) != elem for v in clip.operands[1:]):
+            return None
+        return _scalar(clip.operands[1]), _scalar(clip.operands[2])
+    if len(clip.operands) == 1 and set(attrs) == {"min", "max"} and all(isinstance(a, ir.FloatAttr) for a in attrs.values()):
+        return ir.FloatAttr(attrs["min"]).value, ir.FloatAttr(attrs["max"]).value
+    return None
+
+
+def _site(clip: ir.Operation) -> Optional[ir.Operation]:
+    """The conv whose activation becomes relu6 if ``clip`` fuses, else None."""
+    if len(clip.results) != 1 or _bounds(clip) != (0.0, RELU6_MAX):
+        return None
+    y = clip.operands[0]
+    conv = getattr(y.owner, "operation", y.owner)
+    if not isinstance(conv, ir.Operation) or conv.name != "taso.conv2d" or sum(1 for _ in y.uses) != 1:
+        return None
+    if taso_attrs(conv).get("activation", "none") not in _FUSABLE:
+        return None
+    if y.type != clip.results[0].type:
+        return None
+    if str(ir.ShapedType(y.type).element_type) not in FLOAT_ELEMS:
+        return None
+    return conv
+
+
+def fuse_function(f: ir.Operation) -> int:
+    """Fuse every Clip(0, 6) site of one function (bounds left unused are removed). Returns the
+    number fused."""
+    block = f.regions[0].blocks[0]
+    sites = []
+    for o in block.operations:
+        op = o.operation
+        if op.name == "onnx.Clip":
+            conv = _site(op)
+            if conv is not None:
+                sites.append((op, conv))
+    for clip, conv in sites:
+        bounds = [_weight_of(v) for v in list(clip.operands)[1:]]  # (none in the attribute form)
+        conv.attributes["activation"] = ir.StringAttr.get("relu6", context=conv.context)
+        clip.results[0].replace_all_uses_with(conv.results[0])
+        clip.erase()
+        for w in dict.fromkeys(bounds):  # (the two bounds can be one weight only if 0 == 6: never)
+            if not any(True for _ in w.results[0].uses):
+                w.erase()
+    return len(sites)
+
+
+def fuse_relu6(module_op: ir.Operation) -> int:
+    """Run ``fuse_function`` on every function with a body. Returns the number of Clips fused."""
+    n = 0
+    for f in module_op.regions[0].blocks[0].operations:
+        if f.operation.name == "func.func" and len(f.operation.regions[0].blocks):
+            n += fuse_function(f.operation)
+    return n
+
+
+def prove():
+    """Z3 proof over the reals that ONNX's ``Clip(y, 0, 6) = min(max(y, 0), 6)`` is the spec's relu6 of
+    ``y``, and that ``Clip(max(y, 0), 0, 6)`` (a conv with a fused relu) is too. Returns ``z3.unsat``
+    (no counterexample: proved) or the first other result."""
+    import z3
+
+    y = z3.Real("y")
+
+    def clip(v, lo, hi):  # ONNX Clip: min(max(v, lo), hi)
+        m = z3.If(v > lo, v, lo)
+        return z3.If(m < hi, m, hi)
+
+    def relu6(v):  # the spec's activation: below 0 -> 0, above 6 -> 6, else v
+        return z3.If(v < 0, z3.RealVal(0), z3.If(v > RELU6_MAX, z3.RealVal(RELU6_MAX), v))
+
+    relu = z3.If(y > 0, y, z3.RealVal(0))
+    for lhs in (clip(y, 0, RELU6_MAX), clip(relu, 0, RELU6_MAX)):
+        s = z3.Solver()
+        s.add(lhs != relu6(y))
+        r = s.check()
+        if r != z3.unsat:
+            return r
+    return z3.unsat
+
+
+def check_rounding(dtypes=(np.float16, np.float32, np.float64)) -> bool:
+    """Clip(round(y), 0, 6) == round(relu6(y)) for every float type: 0 and 6 are exact in each, and
+    rounding is monotone, so fusing before or after the conv's rounding gives the same bits. Checked on
+    values around 0 and 6 (both signs of zero, the neighbours of 6, infinities)."""
+    probe = np.array([-np.inf, -7.0, -1e-30, -0.0, 0.0, 1e-30, 3.0, 5.999999999, 6.0, 6.000000001, 7.0,
+                      np.inf], dtype=np.float64)
+    for dt in dtypes:
+        rounded = probe.astype(dt)
+        a = np.minimum(np.maximum(rounded, dt(0)), dt(RELU6_MAX))
+        b = np.minimum(np.maximum(probe, 0.0), RELU6_MAX).astype(dt)
+        if not np.array_equal(a, b):
+            return False
+    return True
