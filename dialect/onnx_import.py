@@ -36,7 +36,6 @@ FUNCTIONS_ATTR = "taso.onnx_functions"
 #: Integer initializers up to this many elements keep their values during shape inference
 #: (Reshape's shape, Split's sizes, ... are needed to infer shapes).
 _SMALL = 4096
-_TWO_GB = 2**31 - 1
 
 
 def load_onnx(path: str) -> onnx.ModelProto:
@@ -60,11 +59,12 @@ def load_onnx(path: str) -> onnx.ModelProto:
 
 
 def check_model(model: onnx.ModelProto, where: str) -> None:
-    from .onnx_export import model_size_bound  # (ByteSize would serialize the weights once more)
+    """``onnx.checker`` on the model, without copying its weights (``onnx_export.checker_stub``), so
+    also on a model of 2 GB or more."""
+    from .onnx_export import checker_stub
 
     try:
-        if model_size_bound(model) < _TWO_GB:
-            onnx.checker.check_model(model)
+        onnx.checker.check_model(checker_stub(model))
     except Exception as e:
         raise TasoError(f"{where}: invalid ONNX model: {one_line(e)}") from None
 

@@ -288,7 +288,8 @@ def test_initializer_claiming_a_huge_shape(capsys, tmp_path):
     w.dims.extend([2147483648])
     m = _model([h.make_node("Add", ["x", "w"], ["y"])], [h.make_tensor_value_info("x", T.FLOAT, [2])],
                [h.make_tensor_value_info("y", T.FLOAT, [2])], [w])
-    expect_error(capsys, tmp_path, m.SerializeToString(), ".onnx", "initializer 'w' of shape [2147483648]")
+    # (onnx.checker sees it: the check reads the data's size, not the data)
+    expect_error(capsys, tmp_path, m.SerializeToString(), ".onnx", "raw_data size (16 bytes) is too small")
 
 
 def test_graph_without_outputs(capsys, tmp_path):

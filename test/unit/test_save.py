@@ -81,6 +81,78 @@ def test_large_model_is_written_one_initializer_at_a_time(tmp_path, monkeypatch)
     np.testing.assert_allclose(got, x @ w + np.arange(512, dtype=np.float32), rtol=1e-5, atol=1e-4)
 
 
+def test_initializer_records_parse_to_the_same_model(tmp_path, monkeypatch):
+    # Every kind of initializer: raw_data of several types and sizes (0-d, empty, one over 127 bytes so
+    # that its length takes a multi-byte varint, one over 16 KiB for a 3-byte varint), typed data
+    # fields (written by protobuf), a non-ASCII name, a doc string.
+    monkeypatch.setattr(onnx_export, "_CHUNKED_BYTES", 1)
+    rng = np.random.default_rng(1)
+    inits = [nh.from_array(rng.standard_normal((64, 80)).astype(np.float32), "big"),
+             nh.from_array(rng.standard_normal(40).astype(np.float16), "h"),
+             nh.from_array(np.array(3.5, np.float64), "scalar"),
+             nh.from_array(np.zeros((0, 4), np.float32), "empty"),
+             nh.from_array(np.array([True, False, True]), "b"),
+             nh.from_array(np.arange(7, dtype=np.int64), "poids_é"),
+             h.make_tensor("typed", T.FLOAT, [2], [1.0, 2.0]),
+             h.make_tensor("ints", T.INT32, [3], [1, -2, 3])]
+    inits[1].doc_string = "half"
+    g = h.make_graph([h.make_node("Identity", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [2])], inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    path = tmp_path / "records.onnx"
+    onnx_export.save_onnx(model, str(path))
+    assert path.read_bytes() != model.SerializeToString()  # the chunked layout was used
+    back = onnx.load(str(path))
+    assert back == model
+    for a, b in zip(back.graph.initializer, model.graph.initializer):
+        np.testing.assert_array_equal(nh.to_array(a), nh.to_array(b))
+
+
+def test_varint_matches_protobuf():
+    from google.protobuf.internal import encoder
+
+    for n in (0, 1, 127, 128, 300, 16383, 16384, 2**31 - 1, 2**31, 2**40):
+        out: list = []
+        encoder._VarintEncoder()(out.append, n, True)
+        assert onnx_export._varint(n) == b"".join(out), n
+
+
+def test_checker_stub_keeps_what_the_checker_must_see():
+    model, _ = _model(16)
+    bad = nh.from_array(np.ones(4, np.float32), "short")
+    bad.raw_data = bad.raw_data[:12]  # 3 floats for a shape of 4: copied as it is, for the checker
+    model.graph.initializer.append(bad)
+    model.graph.initializer.append(h.make_tensor("typed", T.FLOAT, [2], [1.0, 2.0]))
+    stub = onnx_export.checker_stub(model)
+    assert [t.name for t in stub.graph.initializer] == ["w", "short", "typed"]
+    w, short, typed = stub.graph.initializer
+    assert len(w.raw_data) == 4 and list(w.dims) == []  # a scalar of its type: no weight copied
+    assert short == bad and typed == model.graph.initializer[2]
+    assert stub.graph.node == model.graph.node
+    with pytest.raises(onnx.checker.ValidationError, match="raw_data size"):
+        onnx.checker.check_model(stub)
+    del model.graph.initializer[1]
+    onnx.checker.check_model(onnx_export.checker_stub(model))
+
+
+def test_exported_initializers_match_from_array():
+    # the exporter builds each initializer in place; it must be what numpy_helper.from_array makes
+    text = """func.func @f(%x: tensor<2x3xf16>) -> tensor<2x3xf16> {
+  %w = "taso.weight"() {name = "w", value = dense<[[1.5, -2.0, 0.25], [3.0, 4.0, -0.5]]> : tensor<2x3xf16>} : () -> tensor<2x3xf16>
+  %y = "taso.ewadd"(%x, %w) : (tensor<2x3xf16>, tensor<2x3xf16>) -> tensor<2x3xf16>
+  return %y : tensor<2x3xf16>
+}"""
+    from taso_mlir.dialect.mlir import ir
+
+    ctx = make_context()
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(text)
+        out = onnx_export.export_onnx(m)
+    (w,) = [t for t in out.graph.initializer if t.name == "w"]
+    want = np.array([[1.5, -2.0, 0.25], [3.0, 4.0, -0.5]], np.float16)
+    assert w == nh.from_array(want, "w")
+
+
 def test_model_size_bound_is_an_upper_bound():
     model, _ = _model(64)
     model.graph.initializer.append(nh.from_array(np.arange(3, dtype=np.int64), "i"))  # raw_data
