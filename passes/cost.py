@@ -496,7 +496,7 @@ def _empty_model():
 
 def _one_op_model(sig: OpSig):
     """A one-node ONNX model computing the signature (two nodes for a fused Relu or ReLU6, as the export
-    writes them: onnxruntime fuses Conv+Relu and Conv+Clip); the weight operands (``sig.weights``) are initializers, as in the exported model,
+    writes them: onnxruntime fuses Conv+Relu, and Conv+Clip in float32); the weight operands (``sig.weights``) are initializers, as in the exported model,
     where onnxruntime pre-packs them once (a matmul with its weight fed as an input repacks it every
     run: 3.4x slower measured for (5 x 512) x (512 x 4096)), the other operands graph inputs, and
     what ONNX wants as an attribute-like input an int64 initializer; or None."""

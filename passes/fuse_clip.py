@@ -5,21 +5,24 @@ models use ReLU6 instead, exported by torch as ``Clip`` with constant bounds 0 a
 conversion leaves as a generic ``onnx.Clip``. A site is::
 
     y = taso.conv2d(x, w[, b]) {activation = "none" or "relu", ...}     (y has no other use)
-    z = onnx.Clip(y, lo, hi)        lo, hi: taso.weight scalars equal to 0 and 6
-                                    (before opset 11: attributes min = 0, max = 6)
+    z = onnx.Clip(y, lo, hi)       lo, hi: taso.weight scalars equal to 0 and 6 (before opset 11:
+                                   attributes min = 0, max = 6); or Clip(taso.relu(y)), the relu's
+                                   result with no other use
 
 with one float element type (f16, f32, f64) throughout. It becomes::
 
     z = taso.conv2d(x, w[, b]) {activation = "relu6", ...}
 
 The export writes it back as ``Conv`` then ``Clip(0, 6)``: the same ONNX ops, so onnxruntime computes
-the same numbers (its CPU provider makes the Clip the Conv's activation, as it does a Relu), while the
-cost models and the search see one op, as for a fused relu. ``relu6`` is ``min(max(y, 0), 6)``, which is ONNX's ``Clip(y, 0, 6)`` by
-definition, and ``Clip(max(y, 0), 0, 6)`` for a conv with a fused relu; ``prove()`` proves both with Z3.
+the same numbers (for float32 its CPU provider makes the Clip the Conv's activation, as it does a
+Relu), while the cost models and the search see one op, as for a fused relu: the reduction reported
+is the cost model's, not onnxruntime's. ``relu6`` is ``min(max(y, 0), 6)``, which is ONNX's
+``Clip(y, 0, 6)`` by definition, and so is ``Clip(max(y, 0), 0, 6)``; ``prove()`` proves both with Z3.
 A Clip with other bounds, a missing bound, bounds that are not constants, a conv result with other
-uses, or an integer or bf16 type is left as is. The rules of the library are stated for ``none`` and
-``relu`` convolutions only and match every attribute exactly, so a ``relu6`` convolution is opaque to
-the search.
+uses, or an integer or bf16 type is left as is. ``taso-search`` runs it after the folding of constants
+(bounds computed by a Cast) and the merging of repeated ops (two equal convs, one of them clipped,
+merge first). The rules of the library are stated for ``none`` and ``relu`` convolutions only and
+match every attribute exactly, so a ``relu6`` convolution is opaque to the search.
 """
 
 from __future__ import annotations
@@ -52,12 +55,20 @@ def _scalar(v: ir.Value) -> Optional[float]:
     return float(a.reshape(-1)[0]) if a.size == 1 else None
 
 
+def _elem(v: ir.Value) -> Optional[str]:
+    """The element type of a tensor value; None for another type (an omitted input is ``none``)."""
+    try:
+        return str(ir.ShapedType(v.type).element_type)
+    except ValueError:
+        return None
+
+
 def _bounds(clip: ir.Operation) -> Optional[tuple]:
     """(lo, hi) of a Clip with both bounds constant: operands from opset 11, attributes before; else None."""
     attrs = {na.name: na.attr for na in named(clip.attributes)}
     if len(clip.operands) == 3 and not attrs:
-        elem = str(ir.ShapedType(clip.operands[0].type).element_type)
-        if any(str(ir.ShapedType(v.type).element_type) != elem for v in clip.operands[1:]):
+        elem = _elem(clip.operands[0])
+        if elem is None or any(_elem(v) != elem for v in clip.operands[1:]):
             return None
         return _scalar(clip.operands[1]), _scalar(clip.operands[2])
     if len(clip.operands) == 1 and set(attrs) == {"min", "max"} and all(isinstance(a, ir.FloatAttr) for a in attrs.values()):
@@ -65,21 +76,30 @@ def _bounds(clip: ir.Operation) -> Optional[tuple]:
     return None
 
 
-def _site(clip: ir.Operation) -> Optional[ir.Operation]:
-    """The conv whose activation becomes relu6 if ``clip`` fuses, else None."""
+def _producer(v: ir.Value, name: str) -> Optional[ir.Operation]:
+    """The ``name`` op producing ``v`` where ``v`` has no other use, else None."""
+    op = getattr(v.owner, "operation", v.owner)
+    if not isinstance(op, ir.Operation) or op.name != name or sum(1 for _ in v.uses) != 1:
+        return None
+    return op
+
+
+def _site(clip: ir.Operation) -> Optional[tuple]:
+    """(conv, relu op or None) whose conv's activation becomes relu6 if ``clip`` fuses, else None."""
     if len(clip.results) != 1 or _bounds(clip) != (0.0, RELU6_MAX):
         return None
     y = clip.operands[0]
-    conv = getattr(y.owner, "operation", y.owner)
-    if not isinstance(conv, ir.Operation) or conv.name != "taso.conv2d" or sum(1 for _ in y.uses) != 1:
+    relu = _producer(y, "taso.relu")
+    if relu is not None:  # Clip(relu(conv)): relu6 too
+        y = relu.operands[0]
+        if y.type != relu.results[0].type:
+            return None
+    conv = _producer(y, "taso.conv2d")
+    if conv is None or y.type != clip.results[0].type or _elem(y) not in FLOAT_ELEMS:
         return None
     if taso_attrs(conv).get("activation", "none") not in _FUSABLE:
         return None
-    if y.type != clip.results[0].type:
-        return None
-    if str(ir.ShapedType(y.type).element_type) not in FLOAT_ELEMS:
-        return None
-    return conv
+    return conv, relu
 
 
 def fuse_function(f: ir.Operation) -> int:
@@ -90,14 +110,16 @@ def fuse_function(f: ir.Operation) -> int:
     for o in block.operations:
         op = o.operation
         if op.name == "onnx.Clip":
-            conv = _site(op)
-            if conv is not None:
-                sites.append((op, conv))
-    for clip, conv in sites:
+            site = _site(op)
+            if site is not None:
+                sites.append((op, *site))
+    for clip, conv, relu in sites:
         bounds = [_weight_of(v) for v in list(clip.operands)[1:]]  # (none in the attribute form)
         conv.attributes["activation"] = ir.StringAttr.get("relu6", context=conv.context)
         clip.results[0].replace_all_uses_with(conv.results[0])
         clip.erase()
+        if relu is not None:
+            relu.erase()
         for w in dict.fromkeys(bounds):  # (the two bounds can be one weight only if 0 == 6: never)
             if not any(True for _ in w.results[0].uses):
                 w.erase()

@@ -139,8 +139,9 @@ def _run_fuse_relu6(op: ir.Operation, opts: dict) -> None:
 
 register(PassInfo(
     "taso-fuse-relu6",
-    "Fuse ReLU6 (onnx.Clip with constant bounds 0 and 6) into the convolution before it (no fused activation "
-    "or a fused relu, the conv result used only by the Clip): conv2d {activation = \"relu6\"}",
+    "Fuse ReLU6 (onnx.Clip with constant bounds 0 and 6) into the convolution before it, directly or through a "
+    "taso.relu (no fused activation or a fused relu, the conv result used only by the Clip): "
+    "conv2d {activation = \"relu6\"}",
     _run_fuse_relu6,
 ))
 

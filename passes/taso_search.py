@@ -1,10 +1,11 @@
 """The ``taso-search`` pass: cost-based backtracking search with the verified rules, applied as PDL.
 
 For every function: fold inference batchnorms into the convolutions before them (``fold_batchnorm``,
-TASO's built-in conv + batchnorm rule) and ReLU6 (``Clip(0, 6)``) into them (``fuse_clip``); fold generic ONNX ops with constant results and the ops
+TASO's built-in conv + batchnorm rule); fold generic ONNX ops with constant results and the ops
 that compute only from weights (``fold_generic``, ``fold_weights``), raise Squeeze/Unsqueeze/Flatten
 and gathers of a whole axis to `taso` ops (``raise_generic``), fold scalar multiplies (and divisions
-by powers of two) into the weights they reach (``fold_scale``), merge repeated ops (``cse``), fold bias
+by powers of two) into the weights they reach (``fold_scale``), merge repeated ops (``cse``), fuse
+ReLU6 (``Clip(0, 6)``) into the convolutions before them (``fuse_clip``), fold bias
 adds into matmuls (``matmul_bias``) and flatten matmuls of a shared 3-D input (``flatten_matmul``);
 build the in-memory graph (``tgraph``), search it (``search``), then replay the best graph's rewrites
 on the IR with the emitted PDL patterns at the chosen sites (``pdl.Replayer``), check that the IR now
@@ -119,11 +120,10 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     cost_in = T.from_function(f, written)[0].cost
     tick = time.monotonic()
     bn_folded = fold_function(f)
-    relu6_fused = fuse_relu6(f)  # (after the batchnorm folding: conv, batchnorm, Clip)
     fold_s = time.monotonic() - tick
-    cost_bn = T.from_function(f, written)[0].cost if bn_folded or relu6_fused else cost_in
+    cost_bn = T.from_function(f, written)[0].cost if bn_folded else cost_in
     g0 = g_in
-    if bn_folded or relu6_fused:
+    if bn_folded:
         g0, mops = T.from_function(f, builder)
     g_bn = g0
     # constants the generic ops compute (from static shapes, from weights) and the weight-only ops folded
@@ -150,13 +150,16 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     repeats = eliminate_common_subexpressions(f)
     if pre_merged or repeats:
         function_dce(f)
+    # (after the batchnorm folding, conv -> batchnorm -> Clip; after the constant folding, bounds that a
+    # Cast computes; after the repeats merged, two equal convs of which one is clipped)
+    relu6_fused = fuse_relu6(f)
     biases = fuse_matmul_bias(f, builder.cost_model)
     # kept, detached, for where the search's result costs more as written than the function it started
     # from: the search prices the flattened matmuls' reshapes, which the restoring takes away again
     before_search = f.clone()
     cost_pre = T.from_function(f, written)[0].cost
     flattened = flatten_shared_matmuls(f)
-    if pre_folded or generic_folded or views or gathers or divs or scales or pre_merged or repeats or flattened or biases:
+    if pre_folded or generic_folded or views or gathers or divs or scales or pre_merged or repeats or relu6_fused or flattened or biases:
         g0, mops = T.from_function(f, builder)
     tick = time.monotonic()
 
@@ -536,7 +539,7 @@ def format_report(rep: dict) -> str:
                  f"{fr.get('weights_merged', 0)} duplicate folded weights merged"
                  + (", TIMED OUT (best so far kept)" if fr["timed_out"] else ""))
         L.append(f"    batchnorm folding (before the search, included above): {fr['batchnorms_folded']} batchnorms "
-                 f"folded into convolutions, {fr.get('relu6_fused', 0)} ReLU6 (Clip 0..6) fused into them, cost {before:.4g} -> {fr['cost_after_fold_ms']:.4g} ms, ops "
+                 f"folded into convolutions, cost {before:.4g} -> {fr['cost_after_fold_ms']:.4g} ms, ops "
                  f"{fr['ops_before']} -> {fr['ops_after_fold']}, {fr['fold_batchnorm_s']} s")
         if fr.get("elementwise_lifted"):
             L.append(f"    {fr['elementwise_lifted']} elementwise ops on split pieces lifted to one op on the whole "
@@ -547,6 +550,8 @@ def format_report(rep: dict) -> str:
         if fr.get("views_raised") or fr.get("gathers_raised"):
             L.append(f"    raised before the search: {fr.get('views_raised', 0)} Squeeze/Unsqueeze/Flatten to reshapes, "
                      f"{fr.get('gathers_raised', 0)} Gathers of every index of an axis to splits")
+        if fr.get("relu6_fused"):
+            L.append(f"    {fr['relu6_fused']} ReLU6 (Clip 0..6) fused into the convolutions before them")
         if fr.get("divs_raised") or fr.get("scales_folded"):
             L.append(f"    {fr.get('divs_raised', 0)} divisions by a power of two made scalar multiplies, "
                      f"{fr.get('scales_folded', 0)} scalar multiplies folded into the weights they scale before the search")
