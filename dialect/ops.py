@@ -357,6 +357,32 @@ def dead_code_elimination(module_op: ir.Operation) -> int:
     return erased
 
 
+def dce_from(ops: list) -> int:
+    """Dead-code elimination from ``ops`` (live ops, in any order, repeats allowed): erase those of them
+    none of whose results is used, then the producers of their operands that this leaves unused, and
+    so on; the cost is that of what it reads, not of the function. Returns the number erased."""
+    # Each op is known by its pointer (its hash, taken while it is alive): the Python bindings make a new
+    # object each time an op is reached, so one op can be in ``work`` twice as two objects, and once it
+    # is erased through one, the other reads freed memory, its own hash included. Erasing allocates
+    # nothing, so no pointer is reused meanwhile.
+    work = [(hash(o), o) for o in ops]
+    erased: set = set()
+    while work:
+        h, o = work.pop()
+        if h in erased:
+            continue
+        if not ((o.name.startswith("taso.") or o.name.startswith("onnx.")) and len(o.results) and _unused(o)):
+            continue
+        for v in o.operands:
+            p = v.owner
+            if not isinstance(p, ir.Block):
+                p = getattr(p, "operation", p)
+                work.append((hash(p), p))
+        erased.add(h)
+        o.erase()
+    return len(erased)
+
+
 def function_dce(func_op: ir.Operation) -> int:
     """Dead-code elimination in one function body (see ``dead_code_elimination``)."""
     erased = 0

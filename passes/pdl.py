@@ -89,6 +89,14 @@ def _target_attr_names(rw: RB.Rewrite) -> list[list[str]]:
     return out
 
 
+def replaced_positions(rw: RB.Rewrite) -> set:
+    """The positions of ``rw``'s source ops that its pattern replaces (``pdl.replace``, which erases
+    them): those all of whose results are mapped outputs."""
+    out_of = set(rw.src.outputs)
+    return {k for k, op in enumerate(rw.src.ops)
+            if all(G.op_ref(k, j, op.num_results) in out_of for j in range(op.num_results))}
+
+
 def emit_pattern(rw: RB.Rewrite, variant: int = 0, tagged: bool = False) -> str:
     """One ``pdl.pattern`` (see the module docstring). ``tagged``: the single-site variant."""
     name = pattern_names(rw)[variant]
@@ -152,9 +160,10 @@ def emit_pattern(rw: RB.Rewrite, variant: int = 0, tagged: bool = False) -> str:
             dres[G.op_ref(k, j, op.num_results)] = f"%nr{k}_{j}"
     del nres
     out_of = dict(zip(rw.src.outputs, rw.dst.outputs))
+    replaced = replaced_positions(rw)
     for k, op in enumerate(rw.src.ops):
         refs = [G.op_ref(k, j, op.num_results) for j in range(op.num_results)]
-        if all(r in out_of for r in refs):
+        if k in replaced:
             vals = [var[out_of[r]] if G.parse_ref(out_of[r]) is None else dres[out_of[r]] for r in refs]
             L.append(f"      pdl.replace %op{k} with ({', '.join(vals)} : {', '.join(['!pdl.value'] * len(vals))})")
     L.append("    }")
@@ -350,7 +359,8 @@ class Replayer:
         disagree). ``variant``: the operand order to apply (``variant_of``; None: any), so that the
         target reads the variables in the order the search bound them."""
         block = func_op.regions[0].blocks[0]
-        _order_for_site(block, ops)
+        if _dominance_ok(ops, {}) is not None:  # (reordering reads the whole block: only where needed)
+            _order_for_site(block, ops)
         i64 = ir.IntegerType.get_signless(64)
         for k, o in enumerate(ops):
             o.attributes[SITE_ATTR] = ir.IntegerAttr.get(i64, k)
