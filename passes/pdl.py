@@ -359,7 +359,9 @@ class Replayer:
         disagree). ``variant``: the operand order to apply (``variant_of``; None: any), so that the
         target reads the variables in the order the search bound them."""
         block = func_op.regions[0].blocks[0]
-        if _dominance_ok(ops, {}) is not None:  # (reordering reads the whole block: only where needed)
+        # (reordering reads the whole block: only where the site's order needs it and moving the site's
+        # ops up does not do)
+        if _dominance_ok(ops, {}) is not None and not _order_locally(block, ops):
             _order_for_site(block, ops)
         i64 = ir.IntegerType.get_signless(64)
         for k, o in enumerate(ops):
@@ -382,6 +384,47 @@ class Replayer:
             why = self.natives.last_reject or "no match"
             raise TasoError(f"internal error: rewrite {rw.id} did not apply at its site in the IR ({why})")
         return [made[k] for k in range(len(rw.dst.ops))]
+
+
+def _order_locally(block, ops: list) -> bool:
+    """Move the site's ops up, in rule order, to just after the last op that defines one of their other
+    operands (operand-free ops such as weights, defined after it, move up too), where that moves every
+    one of them up only (so the block stays in a valid order); True if PDL can then rewrite the site
+    (``_dominance_ok``). Reads only the site and its operands' producers, not the whole block."""
+    matched = set(ops)  # (ops hash and compare by pointer)
+    seen: set = set()
+    fixed, movable = [], []
+    for k, o in enumerate(ops):
+        for v in o.operands:
+            if isinstance(v.owner, ir.Block):
+                continue
+            p = _op(v.owner)
+            if p in matched:
+                if p not in ops[:k]:  # (rule order must be a topological order of the site)
+                    return False
+                continue
+            if p in seen:
+                continue
+            seen.add(p)
+            (movable if len(p.operands) == 0 and len(p.regions) == 0 else fixed).append(p)
+    anchor = None
+    for p in fixed:
+        if anchor is None or anchor.is_before_in_block(p):
+            anchor = p
+    if anchor is not None and any(o.is_before_in_block(anchor) for o in ops):
+        return False  # (a site op would move down, past its users)
+    placed = [p for p in movable if anchor is None or anchor.is_before_in_block(p)] + list(ops)
+    if anchor is None:  # (every other operand is an argument or moves: the site goes first)
+        first = block.operations[0].operation
+        if first != placed[0]:
+            placed[0].move_before(first)
+        prev, rest = placed[0], placed[1:]
+    else:
+        prev, rest = anchor, placed
+    for o in rest:
+        o.move_after(prev)
+        prev = o
+    return _dominance_ok(ops, {}) is None
 
 
 def _order_for_site(block, ops: list) -> None:
