@@ -400,6 +400,10 @@ def _check_value_type(t: ir.Type, loc, what: str) -> None:
         raise TasoError(f"{loc}: {what} has type {t}, which ONNX cannot hold ({e})") from None
 
 
+#: TensorProto's typed data fields (a tensor with raw_data has none of them)
+_TYPED_DATA = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+
+
 def checker_stub(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` for ``onnx.checker`` whose initializers are scalars of their element type,
     so that weights are never copied or serialized for the check (``check_model`` on a model
@@ -414,7 +418,8 @@ def checker_stub(model: onnx.ModelProto) -> onnx.ModelProto:
         stub = head.graph.initializer.add()
         try:
             if not t.HasField("raw_data") or t.data_location == onnx.TensorProto.EXTERNAL or t.doc_string \
-                    or t.HasField("segment") or len(t.external_data) or len(t.metadata_props):
+                    or t.HasField("segment") or len(t.external_data) or len(t.metadata_props) \
+                    or any(len(getattr(t, f)) for f in _TYPED_DATA):
                 raise ValueError
             dt = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
             itemsize = dt.itemsize

@@ -339,6 +339,19 @@ def _diag_line(e: ir.MLIRError) -> str:
     return " ".join(str(e).split())
 
 
+def find_sites(f: ir.Operation, name: str, site) -> list[tuple]:
+    """``(op, *site(op))`` for every op called ``name`` in the body of function ``f`` where ``site(op)``
+    is not None (a pass's sites, found before it changes anything)."""
+    out = []
+    for o in f.regions[0].blocks[0].operations:
+        op = o.operation
+        if op.name == name:
+            s = site(op)
+            if s is not None:
+                out.append((op, *s))
+    return out
+
+
 def _unused(op: ir.Operation) -> bool:
     for r in op.results:
         for _ in r.uses:

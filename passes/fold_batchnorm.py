@@ -31,7 +31,7 @@ import numpy as np
 from taso_mlir.dialect.convert_onnx_to_taso import _weight_of, _Weights
 from taso_mlir.dialect.errors import TasoError
 from taso_mlir.dialect.mlir import ir
-from taso_mlir.dialect.ops import create_taso_op, dense_array, named, new_weight, str_value, taso_attrs
+from taso_mlir.dialect.ops import create_taso_op, dense_array, find_sites, named, new_weight, str_value, taso_attrs
 from taso_mlir.dialect.specs import SpecError, spec
 
 FLOAT_ELEMS = ("f16", "f32", "f64")
@@ -83,17 +83,10 @@ def _site(bn: ir.Operation) -> Optional[tuple]:
 def fold_function(f: ir.Operation) -> int:
     """Fold every batchnorm site of one function (source weights left unused are removed). Returns
     the number folded."""
-    block = f.regions[0].blocks[0]
-    sites = []
-    for o in block.operations:
-        op = o.operation
-        if op.name == "taso.batchnorm":
-            s = _site(op)
-            if s is not None:
-                sites.append((op, *s))
+    sites = find_sites(f, "taso.batchnorm", _site)
     if not sites:
         return 0
-    names = _Weights(block)
+    names = _Weights(f.regions[0].blocks[0])
     folded = 0
     for bn, conv, ws in sites:
         try:

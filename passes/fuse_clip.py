@@ -34,7 +34,7 @@ import numpy as np
 from taso_mlir.dialect.convert_onnx_to_taso import _weight_of
 from taso_mlir.dialect.errors import TasoError
 from taso_mlir.dialect.mlir import ir
-from taso_mlir.dialect.ops import dense_array, named, taso_attrs
+from taso_mlir.dialect.ops import dense_array, find_sites, named, taso_attrs
 from taso_mlir.dialect.specs import RELU6_MAX
 
 from .fold_batchnorm import FLOAT_ELEMS
@@ -105,14 +105,7 @@ def _site(clip: ir.Operation) -> Optional[tuple]:
 def fuse_function(f: ir.Operation) -> int:
     """Fuse every Clip(0, 6) site of one function (bounds left unused are removed). Returns the
     number fused."""
-    block = f.regions[0].blocks[0]
-    sites = []
-    for o in block.operations:
-        op = o.operation
-        if op.name == "onnx.Clip":
-            site = _site(op)
-            if site is not None:
-                sites.append((op, *site))
+    sites = find_sites(f, "onnx.Clip", _site)
     for clip, conv, relu in sites:
         bounds = [_weight_of(v) for v in list(clip.operands)[1:]]  # (none in the attribute form)
         conv.attributes["activation"] = ir.StringAttr.get("relu6", context=conv.context)

@@ -131,6 +131,13 @@ def test_checker_stub_keeps_what_the_checker_must_see():
     assert stub.graph.node == model.graph.node
     with pytest.raises(onnx.checker.ValidationError, match="raw_data size"):
         onnx.checker.check_model(stub)
+    both = nh.from_array(np.ones(2, np.float32), "both")
+    both.float_data.extend([1.0, 1.0])  # raw_data and a typed field: copied, and the checker refuses it
+    m2, _ = _model(16)
+    m2.graph.initializer.append(both)
+    assert onnx_export.checker_stub(m2).graph.initializer[1] == both
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(onnx_export.checker_stub(m2))
     del model.graph.initializer[1]
     onnx.checker.check_model(onnx_export.checker_stub(model))
 
