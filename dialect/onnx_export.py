@@ -404,6 +404,23 @@ def _check_value_type(t: ir.Type, loc, what: str) -> None:
 _TYPED_DATA = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
 
 
+def _plain_raw_itemsize(t: onnx.TensorProto):
+    """The element size of an initializer that holds nothing but ``raw_data`` of a numeric type, of
+    exactly its declared shape's size (one that can be sized, or stubbed, without reading its data);
+    None for any other."""
+    try:
+        if not t.HasField("raw_data") or t.data_location == onnx.TensorProto.EXTERNAL or t.doc_string \
+                or t.HasField("segment") or len(t.external_data) or len(t.metadata_props) \
+                or any(len(getattr(t, f)) for f in _TYPED_DATA):
+            return None
+        dt = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
+    except Exception:
+        return None
+    if dt.kind == "O" or len(t.raw_data) != int(np.prod(list(t.dims), dtype=np.int64)) * dt.itemsize:
+        return None
+    return dt.itemsize
+
+
 def checker_stub(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` for ``onnx.checker`` whose initializers are scalars of their element type,
     so that weights are never copied or serialized for the check (``check_model`` on a model
@@ -416,16 +433,8 @@ def checker_stub(model: onnx.ModelProto) -> onnx.ModelProto:
     _copy_fields(model.graph, head.graph, skip="initializer")
     for t in model.graph.initializer:
         stub = head.graph.initializer.add()
-        try:
-            if not t.HasField("raw_data") or t.data_location == onnx.TensorProto.EXTERNAL or t.doc_string \
-                    or t.HasField("segment") or len(t.external_data) or len(t.metadata_props) \
-                    or any(len(getattr(t, f)) for f in _TYPED_DATA):
-                raise ValueError
-            dt = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
-            itemsize = dt.itemsize
-            if dt.kind == "O" or len(t.raw_data) != int(np.prod(list(t.dims), dtype=np.int64)) * itemsize:
-                raise ValueError
-        except Exception:
+        itemsize = _plain_raw_itemsize(t)
+        if itemsize is None:
             stub.CopyFrom(t)
             continue
         stub.name, stub.data_type = t.name, t.data_type
@@ -669,19 +678,16 @@ def _fits(model) -> bool:
 def model_size_bound(model: onnx.ModelProto) -> int:
     """An upper bound of ``model.ByteSize()`` that does not serialize the weights: protobuf's (upb's)
     ByteSize serializes the whole model (1 s and +1.1 GB transient for 600 MB of weights). A raw_data
-    initializer counts its declared shape's bytes plus a bound for its name, dims and tags; the rest of
-    the model is measured exactly."""
+    initializer (``_plain_raw_itemsize``) counts its data's bytes plus a bound for its name, dims and
+    tags; the rest of the model is measured exactly."""
     size = 0
     rest = 0
     for t in model.graph.initializer:
-        try:
-            if not t.HasField("raw_data") or t.data_location == onnx.TensorProto.EXTERNAL or t.doc_string \
-                    or t.HasField("segment") or len(t.external_data) or len(t.metadata_props):
-                raise ValueError
-            item = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
-            size += int(np.prod(list(t.dims), dtype=np.int64)) * item + len(t.name.encode()) + 11 * len(t.dims) + 64
-        except Exception:
+        item = _plain_raw_itemsize(t)
+        if item is None:
             rest += 1
+        else:
+            size += len(t.raw_data) + len(t.name.encode()) + 11 * len(t.dims) + 64
     if rest == 0:
         head = onnx.ModelProto()
         _copy_fields(model, head, skip="graph")

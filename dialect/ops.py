@@ -359,15 +359,26 @@ def _unused(op: ir.Operation) -> bool:
     return True
 
 
+def function_bodies(module_op: ir.Operation) -> list:
+    """The module's ``func.func`` ops that have a body (a declaration has none)."""
+    return [f.operation for f in module_op.regions[0].blocks[0].operations
+            if f.operation.name == "func.func" and len(f.operation.regions[0].blocks)]
+
+
 def dead_code_elimination(module_op: ir.Operation) -> int:
     """Erase taso/onnx ops none of whose results is used, in every function (last to first, so
     chains go in one sweep). Returns the number erased."""
-    erased = 0
-    for f in module_op.regions[0].blocks[0].operations:
-        if f.operation.name != "func.func" or len(f.operation.regions[0].blocks) == 0:
-            continue  # (a declaration has no body)
-        erased += function_dce(f.operation)
-    return erased
+    return sum(function_dce(f) for f in function_bodies(module_op))
+
+
+def producers(op: ir.Operation) -> list:
+    """The ops defining ``op``'s operands, in operand order (block arguments have none)."""
+    out = []
+    for v in op.operands:
+        p = v.owner
+        if not isinstance(p, ir.Block):
+            out.append(getattr(p, "operation", p))
+    return out
 
 
 def dce_from(ops: list) -> int:
@@ -386,11 +397,7 @@ def dce_from(ops: list) -> int:
             continue
         if not ((o.name.startswith("taso.") or o.name.startswith("onnx.")) and len(o.results) and _unused(o)):
             continue
-        for v in o.operands:
-            p = v.owner
-            if not isinstance(p, ir.Block):
-                p = getattr(p, "operation", p)
-                work.append((hash(p), p))
+        work.extend((hash(p), p) for p in producers(o))
         erased.add(h)
         o.erase()
     return len(erased)

@@ -31,7 +31,7 @@ import numpy as np
 from taso_mlir.dialect.convert_onnx_to_taso import _weight_of, _Weights
 from taso_mlir.dialect.errors import TasoError
 from taso_mlir.dialect.mlir import ir
-from taso_mlir.dialect.ops import create_taso_op, dense_array, find_sites, named, new_weight, str_value, taso_attrs
+from taso_mlir.dialect.ops import create_taso_op, dense_array, find_sites, function_bodies, named, new_weight, str_value, taso_attrs
 from taso_mlir.dialect.specs import SpecError, spec
 
 FLOAT_ELEMS = ("f16", "f32", "f64")
@@ -46,8 +46,12 @@ def folded_params(w: np.ndarray, b: Optional[np.ndarray], scale: np.ndarray, bia
     return w2, (b0 - mean.astype(np.float64)) * k + bias.astype(np.float64)
 
 
-def _single_use(v: ir.Value) -> bool:
-    return sum(1 for _ in v.uses) == 1
+def single_use_producer(v: ir.Value, name: str) -> Optional[ir.Operation]:
+    """The ``name`` op producing ``v`` where ``v`` has no other use, else None."""
+    op = getattr(v.owner, "operation", v.owner)
+    if not isinstance(op, ir.Operation) or op.name != name or sum(1 for _ in v.uses) != 1:
+        return None
+    return op
 
 
 def _attrs(op: ir.Operation) -> dict:
@@ -62,9 +66,8 @@ def _site(bn: ir.Operation) -> Optional[tuple]:
     """(conv op, [w, b or None, scale, bias, mean, var] weight ops) if ``bn`` folds, else None."""
     if len(bn.operands) != 5:
         return None
-    y = bn.operands[0]
-    conv = getattr(y.owner, "operation", y.owner)
-    if not isinstance(conv, ir.Operation) or conv.name != "taso.conv2d" or not _single_use(y):
+    conv = single_use_producer(bn.operands[0], "taso.conv2d")
+    if conv is None:
         return None
     if _attrs(conv).get("activation") != "none":
         return None
@@ -134,11 +137,7 @@ def _new_weight(names: _Weights, src: ir.Operation, value: np.ndarray, ttype: ir
 
 def fold_batchnorm(module_op: ir.Operation) -> int:
     """Run ``fold_function`` on every function with a body. Returns the number of batchnorms folded."""
-    n = 0
-    for f in module_op.regions[0].blocks[0].operations:
-        if f.operation.name == "func.func" and len(f.operation.regions[0].blocks):
-            n += fold_function(f.operation)
-    return n
+    return sum(fold_function(f) for f in function_bodies(module_op))
 
 
 def prove(max_terms: int = 4):

@@ -34,10 +34,10 @@ import numpy as np
 from taso_mlir.dialect.convert_onnx_to_taso import _weight_of
 from taso_mlir.dialect.errors import TasoError
 from taso_mlir.dialect.mlir import ir
-from taso_mlir.dialect.ops import dense_array, find_sites, named, taso_attrs
+from taso_mlir.dialect.ops import dense_array, find_sites, function_bodies, named, taso_attrs
 from taso_mlir.dialect.specs import RELU6_MAX
 
-from .fold_batchnorm import FLOAT_ELEMS
+from .fold_batchnorm import FLOAT_ELEMS, single_use_producer
 
 #: the conv activations a Clip(0, 6) after it turns into relu6
 _FUSABLE = ("none", "relu")
@@ -76,25 +76,17 @@ def _bounds(clip: ir.Operation) -> Optional[tuple]:
     return None
 
 
-def _producer(v: ir.Value, name: str) -> Optional[ir.Operation]:
-    """The ``name`` op producing ``v`` where ``v`` has no other use, else None."""
-    op = getattr(v.owner, "operation", v.owner)
-    if not isinstance(op, ir.Operation) or op.name != name or sum(1 for _ in v.uses) != 1:
-        return None
-    return op
-
-
 def _site(clip: ir.Operation) -> Optional[tuple]:
     """(conv, relu op or None) whose conv's activation becomes relu6 if ``clip`` fuses, else None."""
     if len(clip.results) != 1 or _bounds(clip) != (0.0, RELU6_MAX):
         return None
     y = clip.operands[0]
-    relu = _producer(y, "taso.relu")
+    relu = single_use_producer(y, "taso.relu")
     if relu is not None:  # Clip(relu(conv)): relu6 too
         y = relu.operands[0]
         if y.type != relu.results[0].type:
             return None
-    conv = _producer(y, "taso.conv2d")
+    conv = single_use_producer(y, "taso.conv2d")
     if conv is None or y.type != clip.results[0].type or _elem(y) not in FLOAT_ELEMS:
         return None
     if taso_attrs(conv).get("activation", "none") not in _FUSABLE:
@@ -121,11 +113,7 @@ def fuse_function(f: ir.Operation) -> int:
 
 def fuse_relu6(module_op: ir.Operation) -> int:
     """Run ``fuse_function`` on every function with a body. Returns the number of Clips fused."""
-    n = 0
-    for f in module_op.regions[0].blocks[0].operations:
-        if f.operation.name == "func.func" and len(f.operation.regions[0].blocks):
-            n += fuse_function(f.operation)
-    return n
+    return sum(fuse_function(f) for f in function_bodies(module_op))
 
 
 def prove():

@@ -30,7 +30,7 @@ from typing import Optional
 from taso_mlir.dialect import specs
 from taso_mlir.dialect.errors import TasoError
 from taso_mlir.dialect.mlir import ir, rewrite
-from taso_mlir.dialect.ops import elem_type, mlir_attr, shape_of, taso_attrs
+from taso_mlir.dialect.ops import elem_type, mlir_attr, producers, shape_of, taso_attrs
 from taso_mlir.generator import graph as G
 
 from . import rulebook as RB
@@ -395,10 +395,7 @@ def _order_locally(block, ops: list) -> bool:
     seen: set = set()
     fixed, movable = [], []
     for k, o in enumerate(ops):
-        for v in o.operands:
-            if isinstance(v.owner, ir.Block):
-                continue
-            p = _op(v.owner)
+        for p in producers(o):
             if p in matched:
                 if p not in ops[:k]:  # (rule order must be a topological order of the site)
                     return False

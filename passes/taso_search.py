@@ -32,7 +32,7 @@ import numpy as np
 from taso_mlir.dialect import specs
 from taso_mlir.dialect.errors import TasoError
 from taso_mlir.dialect.mlir import ir
-from taso_mlir.dialect.ops import create_taso_op, dce_from, dense_array, function_dce, new_weight, taso_attrs
+from taso_mlir.dialect.ops import create_taso_op, dce_from, dense_array, function_bodies, function_dce, new_weight, producers, taso_attrs
 
 from . import pdl as P
 from . import rulebook as RB
@@ -83,8 +83,7 @@ def _run(module_op: ir.Operation, opts: dict) -> dict:
                       timeout=opts.get("timeout", 30.0), window=opts.get("window", 120))
     report = {"cost_model": cm.name, "rules": len(rws), "options": asdict(sopts), "functions": []}
     replayer = P.Replayer(rws)
-    funcs = [f.operation for f in module_op.regions[0].blocks[0].operations
-             if f.operation.name == "func.func" and len(f.operation.regions[0].blocks)]
+    funcs = function_bodies(module_op)
     # the measured model can check the whole result on this machine; it needs the module as one ONNX graph
     check = opts.get("latency-check", True) and isinstance(cm, CpuMeasured) and len(funcs) == 1
     try:
@@ -343,13 +342,7 @@ def replay(f: ir.Operation, best: T.TGraph, mops: list, replayer: P.Replayer, by
         replaced = P.replaced_positions(rw)
         gone = {hash(o) for k, o in enumerate(site) if k in replaced}
         maybe_dead = [o for k, o in enumerate(site) if k not in replaced]
-        for o in site:
-            for v in o.operands:
-                p = v.owner
-                if not isinstance(p, ir.Block):
-                    p = getattr(p, "operation", p)
-                    if hash(p) not in gone:
-                        maybe_dead.append(p)
+        maybe_dead += [p for o in site for p in producers(o) if hash(p) not in gone]
         created = replayer.apply(f, rw, site, variant)
         for k, (nid, op) in enumerate(zip(made, created)):
             if k in shared:  # the search shared an op the function has: use it instead of the new copy
