@@ -59,8 +59,14 @@ def flatten_shared_matmuls(f: ir.Operation) -> int:
     operands as matmuls of one shared 2-D reshape of it (module docstring). Returns the number of
     matmuls rewritten."""
     block = f.regions[0].blocks[0]
+    # Groups are found first (nothing is erased while the block is walked) and kept as lists of ops
+    # only. A group's shared input is read from its first matmul when the group is rewritten, never
+    # kept: it may be the result of a matmul of an earlier group, which that group's rewrite erases
+    # (``x@Wa`` feeding ``a@Wc`` and ``a@Wd``); its value handle would then dangle. Each matmul is in
+    # exactly one group (the one keyed by its left operand) and only its own group erases it, so the
+    # ops kept here are live when their group is rewritten.
     groups, seen = [], set()
-    for o in block.operations:  # groups first (nothing is erased while the block is walked)
+    for o in block.operations:
         op = o.operation
         if op.name != "taso.matmul" or not len(op.operands):
             continue
@@ -75,9 +81,10 @@ def flatten_shared_matmuls(f: ir.Operation) -> int:
                 group.append(u)
         if len(group) >= 2:
             group.sort(key=functools.cmp_to_key(lambda a, b: -1 if a.is_before_in_block(b) else 1))
-            groups.append((x, group))
+            groups.append(group)
     done = 0
-    for x, group in groups:
+    for group in groups:
+        x = group[0].operands[0]  # live: an earlier group may have replaced the value the group was found by
         xs = _shape(x)
         rows = math.prod(xs[:-1])
         with ir.InsertionPoint(group[0]):  # before the first reader, after x
