@@ -498,10 +498,30 @@ def _shape_from_result(ins, a, hint=None):
     return [tuple(hint[0])]
 
 
-def _ref_const_pool(ins, a, outs, dtype=np.float32):
-    (shape,) = outs
+def _shape_const_pool(ins, a, hint=None):
+    (shape,) = _shape_from_result(ins, a, hint)
     if len(shape) != 4 or shape[1] != 1:
         raise SpecError(f"C_pool is a depthwise kernel [C, 1, kh, kw], got {list(shape)}")
+    return [shape]
+
+
+def _shape_const_iconv(ins, a, hint=None):
+    (shape,) = _shape_from_result(ins, a, hint)
+    if len(shape) != 4 or shape[2] % 2 == 0 or shape[3] % 2 == 0 or shape[1] < 1 or shape[0] % shape[1]:
+        raise SpecError(f"I_conv needs an odd kernel [C, C/g, kh, kw], got {list(shape)}")
+    return [shape]
+
+
+def _shape_const_imatmul(ins, a, hint=None):
+    (shape,) = _shape_from_result(ins, a, hint)
+    if len(shape) < 2 or shape[-1] != shape[-2]:
+        raise SpecError(f"I_matmul needs a square matrix, got {list(shape)}")
+    return [shape]
+
+
+def _ref_const_pool(ins, a, outs, dtype=np.float32):
+    (shape,) = outs
+    _shape_const_pool([], a, [shape])
     if np.issubdtype(np.dtype(dtype), np.integer):
         return [np.full(shape, exact_reciprocal(shape[2] * shape[3], dtype), dtype=dtype)]
     return [np.full(shape, 1.0 / (shape[2] * shape[3]), dtype=dtype)]
@@ -509,8 +529,7 @@ def _ref_const_pool(ins, a, outs, dtype=np.float32):
 
 def _ref_const_iconv(ins, a, outs, dtype=np.float32):
     (shape,) = outs
-    if len(shape) != 4 or shape[2] % 2 == 0 or shape[3] % 2 == 0 or shape[0] % shape[1] and shape[1] != shape[0]:
-        raise SpecError(f"I_conv needs an odd kernel [C, C/g, kh, kw], got {list(shape)}")
+    _shape_const_iconv([], a, [shape])
     w = np.zeros(shape, dtype=dtype)
     for o in range(shape[0]):
         w[o, o % shape[1], shape[2] // 2, shape[3] // 2] = 1.0
@@ -519,8 +538,7 @@ def _ref_const_iconv(ins, a, outs, dtype=np.float32):
 
 def _ref_const_imatmul(ins, a, outs, dtype=np.float32):
     (shape,) = outs
-    if len(shape) < 2 or shape[-1] != shape[-2]:
-        raise SpecError(f"I_matmul needs a square matrix, got {list(shape)}")
+    _shape_const_imatmul([], a, [shape])
     return [_contiguous(np.broadcast_to(np.eye(shape[-1], dtype=dtype), shape))]
 
 
@@ -711,11 +729,11 @@ _add(OpSpec("batchnorm", "inference batch normalization over axis 1",
             operands=("input", "scale", "bias", "mean", "var"), attrs=(AttrSpec("epsilon", "float", 1e-5),),
             shape=_shape_batchnorm, ref=_ref_batchnorm, onnx_ops=("BatchNormalization",), to_onnx=_export_batchnorm))
 _add(OpSpec("const_pool", "C_pool: a depthwise conv kernel [C,1,kh,kw] equal to 1/(kh*kw)", operands=(),
-            shape=_shape_from_result, ref=_ref_const_pool, to_onnx=_export_constant))
+            shape=_shape_const_pool, ref=_ref_const_pool, to_onnx=_export_constant))
 _add(OpSpec("const_iconv", "I_conv: the identity conv kernel [C,C/g,kh,kw] (1 at the centre)", operands=(),
-            shape=_shape_from_result, ref=_ref_const_iconv, to_onnx=_export_constant))
+            shape=_shape_const_iconv, ref=_ref_const_iconv, to_onnx=_export_constant))
 _add(OpSpec("const_imatmul", "I_matmul: the identity matrix", operands=(),
-            shape=_shape_from_result, ref=_ref_const_imatmul, to_onnx=_export_constant))
+            shape=_shape_const_imatmul, ref=_ref_const_imatmul, to_onnx=_export_constant))
 _add(OpSpec("const_iewmul", "I_ewmul: the all-ones tensor", operands=(),
             shape=_shape_from_result, ref=_ref_const_iewmul, to_onnx=_export_constant))
 _add(OpSpec("weight", "a weight or constant tensor; `name` is its ONNX initializer name", operands=(),

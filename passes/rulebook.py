@@ -26,7 +26,14 @@ The check is what makes an application sound; it is every precondition the rules
    rank-polymorphic (elementwise), since axes (concat, split, transpose, matmul) are absolute;
 5. every result of a matched op that is used outside the match is a mapped output, and no variable is
    bound to a result of a matched op;
-6. the target type-checks at the site's shapes and gives the source outputs' shapes.
+6. the target type-checks at the site's shapes and gives the source outputs' shapes, and every
+   tensor of both sides has dimensions >= 1.
+
+These are exactly the hypotheses of every proof (``verifier.prove.Prover``): a rule is proved for
+inputs of its generator ranks with dimensions >= 1 where both sides type-check with equal output
+shapes and a symbolic stride is 1 or 2. Rank-free rules (every op elementwise) are proved at the
+generator's ranks; pointwise ops on equal shapes commute with any reshape, so such a rule holds at
+every rank.
 """
 
 from __future__ import annotations
@@ -305,6 +312,11 @@ def check_target(rw: Rewrite, shapes: dict, src_shapes: dict) -> Optional[str]:
     for rs, rd in zip(rw.src.outputs, rw.dst.outputs):
         if dst_shapes[rd] != src_shapes[rs]:
             return "target output shape differs"
+    # the proofs' domain: every tensor of both sides has dimensions >= 1 (no empty split piece)
+    for side in (src_shapes, dst_shapes):
+        for ref, s in side.items():
+            if ref != G.STRIDE_VAR and min(s, default=1) < 1:
+                return f"{ref} has an empty dimension: rules are proved for dimensions >= 1"
     return None
 
 

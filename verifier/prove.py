@@ -15,7 +15,9 @@ import multiprocessing as mp
 import time
 from multiprocessing.connection import wait
 
+from ..dialect import specs
 from ..generator import graph as G
+from . import shapes as SH
 from .axioms import ACT, AXIOMS, Z3Algebra, kcode, scode
 
 
@@ -51,9 +53,23 @@ def has_unit_strides(g: G.Graph) -> bool:
     return any(op.name in WINDOW_OPS and op.attr("strides") == (1, 1) for op in g.ops)
 
 
-def translate(g: G.Graph, A: Z3Algebra, variables: dict) -> list:
-    """The outputs of ``g`` as Z3 terms (``variables``: input variable -> term; ``G.STRIDE_VAR``: the
-    integer term of a symbolic stride)."""
+#: the rank of a generator input variable by its name's first letter (the generator's naming: x, w
+#: matrices; i activations, c and d kernels; s scalars; b biases), for callers that give no ranks
+NAME_RANKS = {"x": 2, "w": 2, "i": 4, "c": 4, "d": 4, "s": 0, "b": 1}
+
+#: the values a rule's symbolic stride takes in a proof: those the search applies it at
+#: (``rulebook.SYMBOLIC_STRIDES``), each validated for every stride axiom
+PROOF_STRIDES = ((1, 1), (2, 2))
+
+
+def default_ranks(names) -> dict:
+    return {v: NAME_RANKS[v[0]] for v in names}
+
+
+def translate(g: G.Graph, A: Z3Algebra, variables: dict) -> tuple[list, list]:
+    """The outputs of ``g`` as shaped Z3 terms, and every value of ``g`` (``variables``: input variable ->
+    ``Shaped``; ``G.STRIDE_VAR``: the integer term of a symbolic stride). The conditions under which
+    ``g`` type-checks accumulate in ``A.conds``; a rank mismatch raises ``shapes.ShapeError``."""
     vals = dict(variables)
 
     def stride(v):
@@ -62,6 +78,16 @@ def translate(g: G.Graph, A: Z3Algebra, variables: dict) -> list:
                 raise Untranslatable("a symbolic stride without its variable")
             return variables[G.STRIDE_VAR]
         return scode(v)
+
+    def dim(d):
+        if isinstance(d, tuple):
+            ref, axis = d
+            dims = vals[ref].dims
+            if not 0 <= axis < len(dims):
+                raise SH.ShapeError(f"dimension {axis} of {ref}")
+            return dims[axis]
+        return int(d)
+    made = []
     for k, op in enumerate(g.ops):
         a = dict(op.attrs)
         ins = [vals[r] for r in op.operands]
@@ -83,14 +109,14 @@ def translate(g: G.Graph, A: Z3Algebra, variables: dict) -> list:
             if a["group"] not in (1, "grouped"):
                 raise Untranslatable(f"conv2d group {a['group']}")
             conv = A.conv if len(ins) == 2 else A.conv_b  # with a bias operand: another function
-            outs = [conv(stride(a["strides"]), 1 if a["group"] == 1 else 0,
-                         _act(a), *ins)]
+            outs = [conv(stride(a["strides"]), 1 if a["group"] == 1 else 0, _act(a), *ins)]
         elif n == "concat":
             outs = [A.cat(a["axis"], *ins)]
         elif n == "split":
             if op.num_results != 2:
                 raise Untranslatable("split into more than two parts")
-            outs = [A.split(0, a["axis"], ins[0]), A.split(1, a["axis"], ins[0])]
+            sizes = tuple(dim(d) for d in a["sizes"])
+            outs = [A.split(0, a["axis"], ins[0], sizes), A.split(1, a["axis"], ins[0], sizes)]
         elif n in ("maxpool2d", "avgpool2d"):
             if a.get("pads") != "same" or (n == "avgpool2d" and a.get("count_include_pad") != 1):
                 raise Untranslatable(f"{n} padding")
@@ -98,49 +124,85 @@ def translate(g: G.Graph, A: Z3Algebra, variables: dict) -> list:
             outs = [f(kcode(a["kernel_shape"]), stride(a["strides"]), ins[0])]
         elif n == "enlarge":
             outs = [A.enlarge(kcode(a["kernel_shape"]), ins[0])]
-        elif n in ("const_pool", "const_iconv"):
-            shape = a["shape"]
-            outs = [(A.cpool if n == "const_pool" else A.iconv)(kcode(shape[2:]))]
-        elif n == "const_imatmul":
-            outs = [A.imatmul()]
-        elif n == "const_iewmul":
-            outs = [A.iewmul()]
+        elif n in specs.CONSTANTS:
+            outs = [A.const(n, [dim(d) for d in a["shape"]])]
         else:
             raise Untranslatable(f"no axioms for {n}")
         for j, o in enumerate(outs):
             vals[G.op_ref(k, j, op.num_results)] = o
-    return [vals[r] for r in g.outputs]
+        made += outs
+    return [vals[r] for r in g.outputs], made
 
 
 class Prover:
+    """Proves rules from the shape-aware axioms (``axioms.Z3Algebra``).
+
+    A rule is proved under exactly the hypotheses under which the search applies it: every input has
+    its generator rank and dimensions >= 1, both sides type-check at those dimensions, each output of
+    the target has its source output's shape, and a symbolic stride is 1 or 2. A rule whose hypotheses
+    cannot hold together is not proved (it would be vacuously true)."""
+
     def __init__(self):
         import z3
         self.z3 = z3
         self.A = Z3Algebra()
-        self.formulas = [(ax.name, self.A.formula(ax)) for ax in AXIOMS]
+        self.formulas = [(f"{ax.name}#{j}", f) for ax in AXIOMS for j, f in enumerate(self.A.formulas(ax))]
 
-    def prove(self, a: G.Graph, b: G.Graph, timeout_s: float) -> dict:
+    def prove(self, a: G.Graph, b: G.Graph, timeout_s: float, ranks: dict | None = None) -> dict:
         """{"status": "proved" | "unknown" | "refuted" | "untranslatable", "time_s", "axioms", "reason"}"""
-        z3 = self.z3
+        z3, A = self.z3, self.A
         t0 = time.perf_counter()
         names = sorted(set(a.inputs()) | set(b.inputs()))
-        variables = {v: z3.Const(v, self.A.T) for v in names}
-        variables[G.STRIDE_VAR] = z3.Int("S", self.A.ctx)  # free: proved for every stride
         try:
-            ta, tb = translate(a, self.A, variables), translate(b, self.A, variables)
+            ranks = ranks if ranks is not None else default_ranks(names)
+            variables = {v: A.var(v, ranks[v]) for v in names}
+        except KeyError as e:
+            return {"status": "untranslatable", "time_s": 0.0, "axioms": [], "reason": f"no rank for input {e}"}
+        S = z3.Int("S", A.ctx)
+        variables[G.STRIDE_VAR] = S
+        try:
+            A.conds = []
+            (ta, made_a), conds_a = translate(a, A, variables), A.conds
+            A.conds = []
+            (tb, made_b), conds_b = translate(b, A, variables), A.conds
+            A.conds = []
         except Untranslatable as e:
             return {"status": "untranslatable", "time_s": 0.0, "axioms": [], "reason": str(e)}
+        except SH.ShapeError as e:
+            return {"status": "untranslatable", "time_s": 0.0, "axioms": [], "reason": f"does not type-check: {e}"}
+        hyps = [z3.Or(*[S == scode(s) for s in PROOF_STRIDES])]
+        hyps += [d >= 1 for v in names for d in variables[v].dims]
+        hyps += conds_a + conds_b
+        for x, y in zip(ta, tb):
+            if x.rank != y.rank:
+                return {"status": "untranslatable", "time_s": 0.0, "axioms": [], "reason": "output ranks differ"}
+            hyps += [p == q for p, q in zip(x.dims, y.dims)]
+        # every value's dimensions as ground facts (they follow from the shape axioms and the hypotheses)
+        facts = [A.dimfs[(t.rank, i)](t.t) == d for t in made_a + made_b for i, d in enumerate(t.dims)]
+        hyps = [h for h in hyps if h is not True]
+        if any(h is False for h in hyps):
+            return {"status": "untranslatable", "time_s": 0.0, "axioms": [], "reason": "the sides never both type-check"}
+        check = z3.Solver(ctx=A.ctx)
+        check.set("timeout", int(max(0.05, timeout_s / 4) * 1000))
+        check.add(*hyps)
+        if check.check() == z3.unsat:
+            return {"status": "untranslatable", "time_s": time.perf_counter() - t0, "axioms": [],
+                    "reason": "the sides never both type-check with equal output shapes"}
         used = set()
         per_output = max(0.05, timeout_s / max(1, len(ta)))
         for i, (x, y) in enumerate(zip(ta, tb)):
-            s = z3.Solver(ctx=self.A.ctx)
+            s = z3.Solver(ctx=A.ctx)
             s.set("timeout", int(per_output * 1000))
             for name, f in self.formulas:
-                s.assert_and_track(f, z3.Bool(name, self.A.ctx))
-            s.add(x != y)
+                s.assert_and_track(f, z3.Bool(name, A.ctx))
+            for _name, f in A.props:
+                s.add(f)
+            s.add(*hyps)
+            s.add(*facts)
+            s.add(x.t != y.t)
             r = s.check()
             if r == z3.unsat:
-                used.update(str(c) for c in s.unsat_core())
+                used.update(str(c).split("#")[0] for c in s.unsat_core())
                 continue
             status = "refuted" if r == z3.sat else "unknown"
             why = "a model satisfies the axioms and the inequality" if r == z3.sat else s.reason_unknown()
@@ -162,21 +224,23 @@ def _worker(conn):
         msg = conn.recv()
         if msg is None:
             return
-        idx, a, b, timeout_s = msg
+        idx, a, b, ranks, timeout_s = msg
         try:
-            res = prover.prove(G.Graph.from_json(a), G.Graph.from_json(b), timeout_s)
+            res = prover.prove(G.Graph.from_json(a), G.Graph.from_json(b), timeout_s, ranks)
         except Exception as e:  # reported per rule, never a dead pool
             res = {"status": "error", "time_s": 0.0, "axioms": [], "reason": f"{type(e).__name__}: {e}"}
         conn.send((idx, res))
 
 
 def prove_many(pairs: list, timeout_s: float = 10.0, jobs: int = 1, progress=None) -> list[dict]:
-    """Prove [(graph a, graph b), ...]; returns one result dict per pair, in order."""
+    """Prove [(graph a, graph b) or (graph a, graph b, input ranks), ...]; returns one result dict per
+    pair, in order (ranks default to ``default_ranks``)."""
+    pairs = [tuple(p) + (None,) * (3 - len(p)) for p in pairs]
     results: list = [None] * len(pairs)
     if jobs <= 1:
         prover = Prover()
-        for i, (a, b) in enumerate(pairs):
-            results[i] = prover.prove(a, b, timeout_s)
+        for i, (a, b, ranks) in enumerate(pairs):
+            results[i] = prover.prove(a, b, timeout_s, ranks)
             if progress:
                 progress(results[i])
         return results
@@ -194,8 +258,8 @@ def prove_many(pairs: list, timeout_s: float = 10.0, jobs: int = 1, progress=Non
     def feed(conn):
         if todo:
             i = todo.pop()
-            a, b = pairs[i]
-            conn.send((i, a.to_json(), b.to_json(), timeout_s))
+            a, b, ranks = pairs[i]
+            conn.send((i, a.to_json(), b.to_json(), ranks, timeout_s))
             workers[conn][1:] = [i, time.monotonic() + timeout_s * 2 + 5.0]
         else:
             workers[conn][1:] = [None, None]
