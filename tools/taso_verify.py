@@ -22,6 +22,11 @@ import time
 
 from . import cli
 
+#: recorded in a verified file's header: what the proofs assume and how they were checked
+PROVER_DESCRIPTION = ("shape-aware: tensors sorted by rank with dimension functions, every axiom guarded by its "
+                      "shape conditions, rules proved under the search's hypotheses (generator ranks, dims >= 1, "
+                      "both sides type-check with equal output shapes, stride 1 or 2)")
+
 
 def main(argv=None) -> int:
     return cli.run("taso-verify", _main, argv)
@@ -75,6 +80,8 @@ def _main(argv) -> int:
 
     # 2. proofs
     pairs = [(G.Graph.from_json(r["src"]), G.Graph.from_json(r["dst"])) for r in records]
+    ranks = [{v: len(shape) for v, (shape, _kind) in r["inputs"].items()} for r in records]
+    before = {r["id"]: (r.get("proof") or {}).get("status", "unverified") for r in records}
     t1 = time.perf_counter()
     bar = tqdm(total=len(pairs), desc=f"proving ({args.jobs} jobs)", unit="rule", file=sys.stderr, disable=quiet)
     status = collections.Counter()
@@ -83,7 +90,8 @@ def _main(argv) -> int:
         status[res["status"]] += 1
         bar.set_postfix(proved=status["proved"], other=sum(status.values()) - status["proved"])
         bar.update(1)
-    results = prove_many(pairs, timeout_s=args.timeout, jobs=args.jobs, progress=tick)
+    results = prove_many([(a, b, rk) for (a, b), rk in zip(pairs, ranks)], timeout_s=args.timeout, jobs=args.jobs,
+                         progress=tick)
     bar.close()
     # 2b. stride generalization: a proved rule whose window ops have stride 1 is proved again with one
     # symbolic stride shared by all of them; where that proves too, the rule is stated with it
@@ -91,7 +99,8 @@ def _main(argv) -> int:
             if res["status"] == "proved" and (has_unit_strides(a) or has_unit_strides(b))]
     bar = tqdm(total=len(todo), desc="generalizing strides", unit="rule", file=sys.stderr, disable=quiet)
     generalized = [(generalize_strides(pairs[i][0]), generalize_strides(pairs[i][1])) for i in todo]
-    general = prove_many(generalized, timeout_s=args.timeout, jobs=args.jobs, progress=lambda res: bar.update(1))
+    general = prove_many([(a, b, ranks[i]) for i, (a, b) in zip(todo, generalized)], timeout_s=args.timeout,
+                         jobs=args.jobs, progress=lambda res: bar.update(1))
     bar.close()
     for i, (a, b) in enumerate(pairs):  # (a file whose rules are stated with a symbolic stride already)
         if results[i]["status"] == "proved" and G.has_symbolic_stride(a, b):
@@ -131,10 +140,19 @@ def _main(argv) -> int:
         if res.get("generalized"):
             r["proof"]["generalized"] = res["generalized"]
         axiom_use.update(res["axioms"])
+    # what changed against the file as it was read (its previous verification)
+    changes = [{"id": r["id"], "before": before[r["id"]], "after": r["proof"]["status"],
+                "reason": r["proof"]["reason"] or ("proved" if r["proof"]["status"] == "proved" else "")}
+               for r in records if before[r["id"]] != r["proof"]["status"]]
+    prev = header.get("verification", {})
     header["verification"] = {
         "timeout_s": args.timeout, "jobs": args.jobs, "time_s": round(elapsed, 1),
         "status": dict(sorted(status.items())), "axioms_validated": len(reports), "axiom_obligations": n_obl,
         "stride_generalized": n_general, "shape_fuzz": {"compared": n_fuzzed, "refuted": n_refuted},
+        "prover": PROVER_DESCRIPTION,
+        "status_before": prev.get("status_before", prev.get("status")) if prev.get("prover") == PROVER_DESCRIPTION
+        else prev.get("status"),
+        "changed": changes if prev.get("prover") != PROVER_DESCRIPTION else prev.get("changed", []) + changes,
     }
     header.setdefault("counts", {})["proved"] = status["proved"]
     library.write(out, header, records)
@@ -144,6 +162,10 @@ def _main(argv) -> int:
     print(f"{'status':<16}{'rules':>7}")
     for k, v in sorted(status.items()):
         print(f"{k:<16}{v:>7}")
+    if changes:
+        print(f"status changed for {len(changes)} rule(s) against the file as read:")
+        for c in changes[:20]:
+            print(f"  {c['id']}: {c['before']} -> {c['after']}: {c['reason'][:160]}")
     print(f"stride: {n_general} proved rules are stated with a symbolic stride ({len(todo)} tried this run)")
     print(f"shape fuzzing: {n_fuzzed} comparisons at independently drawn shapes; {n_refuted} proved rule(s) "
           "refuted")

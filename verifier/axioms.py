@@ -385,13 +385,16 @@ class ShapeAlgebra:
         n0, n1 = sizes
         return self._apply((f"split{i}", t.rank), (a, n0, n1), [t],
                            lambda p, d: (self.S.split(p[0], d[0], (p[1], p[2]))[0][i], self.S.split(p[0], d[0], (p[1], p[2]))[1]))
+    # the group kind (1, or 0: grouped) is part of the function, not an argument: a group-1 and a
+    # grouped convolution have different shape rules
     def conv(self, s, g, c, x, w):
         s = self._code(s, scode)
-        return self._apply(("conv2d",), (s, g, c), [x, w], lambda p, d: self.S.conv(p[0], p[1], d[0], d[1]))
+        return self._apply(("conv2d", "g1" if g else "grouped"), (s, c), [x, w], lambda p, d: self.S.conv(p[0], g, d[0], d[1]))
     def conv_b(self, s, g, c, x, w, b):
         # a convolution with a bias operand: a function of its own (no axiom relates it to conv2d)
         s = self._code(s, scode)
-        return self._apply(("conv2d_b",), (s, g, c), [x, w, b], lambda p, d: self.S.conv(p[0], p[1], d[0], d[1], d[2]))
+        return self._apply(("conv2d_b", "g1" if g else "grouped"), (s, c), [x, w, b],
+                           lambda p, d: self.S.conv(p[0], g, d[0], d[1], d[2]))
     def _pool(self, name, k, s, x):
         k, s = self._code(k, kcode), self._code(s, scode)
         return self._apply((name,), (k, s), [x], lambda p, d: self.S.pool(p[0], p[1], d[0]))
@@ -484,6 +487,26 @@ class Z3Algebra(ShapeAlgebra):
     def I(self, v):
         return self.z3.IntVal(v, self.ctx) if isinstance(v, int) else v
 
+    # While an axiom's formula is built, a split's sizes and a constant's dimensions that are terms
+    # (another tensor's dimension) become bound variables of their own, equal to those terms in the
+    # guard: a trigger then matches the op whatever term its sizes are written with, and the guard
+    # checks them arithmetically (matching through dimension terms would need them to be equal in
+    # Z3's E-graph, which the arithmetic does not always make them).
+    _fresh = None
+
+    def _bind(self, v):
+        if self._fresh is None or isinstance(v, int):
+            return v
+        x = self.z3.Int(f"_n{len(self._fresh)}", self.ctx)
+        self._fresh.append((x, v))
+        return x
+
+    def split(self, i, a, t, sizes):
+        return super().split(i, a, t, tuple(self._bind(n) for n in sizes))
+
+    def const(self, name, dims):
+        return super().const(name, [self._bind(d) for d in dims])
+
     def sort(self, r: int):
         if r not in self.sorts:
             self.sorts[r] = self.z3.DeclareSort(f"T{r}", self.ctx)
@@ -543,10 +566,15 @@ class Z3Algebra(ShapeAlgebra):
         params = {p: (kcode(fixed[p]) if p == "k" else fixed[p]) if p in fixed else z3.Int(f"{ax.name}_{p}", self.ctx)
                   for p in ax.params}
         free = {f: z3.Int(f"{ax.name}_{f}", self.ctx) for f in ax.free}
-        lhs, rhs, conds = self.axiom_guard(ax, tensors, params, free)
+        self._fresh = []
+        try:
+            lhs, rhs, conds = self.axiom_guard(ax, tensors, params, free)
+            fresh, self._fresh = self._fresh, None
+        finally:
+            self._fresh = None
         params = {p: v for p, v in params.items() if p not in fixed}
-        conds += [d >= 1 for d in free.values()]
-        bound = [t.t for t in tensors.values()] + list(params.values()) + list(free.values())
+        conds += [d >= 1 for d in free.values()] + [x == e for x, e in fresh]
+        bound = [t.t for t in tensors.values()] + list(params.values()) + list(free.values()) + [x for x, _ in fresh]
         eq = lhs.t == rhs.t
         body = z3.Implies(self._and(conds), eq)
         if not bound:

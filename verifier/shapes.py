@@ -195,6 +195,8 @@ class ShapeRules:
         self._rank("conv2d weight", w, 4)
         A = self.A
         conds = [self._odd(w[2]), self._odd(w[3])]
+        if not isinstance(g, int):
+            raise TypeError("the group kind is structural: 1 or 0, never a term")
         if g == 1:
             conds.append(_eq(x[1], w[1]))
         else:

@@ -247,3 +247,78 @@ def test_derivability_keeps_only_what_the_smaller_library_does_not_give(gen2, tm
     for r in kept[:40]:
         shapes = {v: tuple(s) for v, (s, _k) in r["inputs"].items()}
         assert not d.derivable(G.Graph.from_json(r["src"]), G.Graph.from_json(r["dst"]), shapes), r["text"]
+
+
+# ---- shape-aware proofs (issue 20): false rules that a shape-blind encoding "proved" -------------
+
+def _rule(rid: str):
+    for path in library.shipped_paths():
+        for r in library.read(path)[1]:
+            if r["id"] == rid:
+                return (G.Graph.from_json(r["src"]), G.Graph.from_json(r["dst"]),
+                        {v: len(s) for v, (s, _k) in r["inputs"].items()})
+    raise KeyError(rid)
+
+
+@pytest.mark.parametrize("rid", ["R0194", "R0278"])
+def test_the_false_rules_of_the_audit_do_not_prove(rid):
+    """R0194 holds only when i1.1 == c2.1; R0278's C_pool has d1.0 channels where the pool needs i1.1.
+    The shape-blind encoding proved both (from A19 without x.1 == y.1, and from a C_pool without its
+    channel count)."""
+    a, b, ranks = _rule(rid)
+    res = Prover().prove(a, b, 5.0, ranks)
+    assert res["status"] != "proved", res
+
+
+def _split_swap(sizes):
+    cat = G.Op("concat", (("axis", 0),), ("x1", "x2"))
+    split = G.Op("split", (("axis", 0), ("sizes", sizes)), ("%0",), 2)
+    back = G.Op("concat", (("axis", 0),), ("%1#1", "%1#0"))
+    return G.Graph((cat, split, back), ("%2",)), G.Graph((G.Op("concat", (("axis", 0),), ("x2", "x1")),), ("%0",))
+
+
+def test_split_sizes_are_part_of_the_proof():
+    """concat(split(cat0(x1, x2), sizes=[x2.0, x1.0])#1, #0) = concat(x2, x1) is false whenever
+    x1.0 != x2.0 (split sizes were not in the encoding, so it proved); with the right sizes it is true."""
+    p = Prover()
+    wrong, rhs = _split_swap((("x2", 0), ("x1", 0)))
+    assert p.prove(wrong, rhs, 5.0)["status"] != "proved"
+    right, rhs = _split_swap((("x1", 0), ("x2", 0)))
+    res = p.prove(right, rhs, 5.0)
+    assert res["status"] == "proved" and {"A26.r2a0", "A27.r2a0"} <= set(res["axioms"]), res
+
+
+def test_a_rule_whose_sides_never_type_check_together_is_not_proved():
+    """matmul(x1, x2) = matmul(x2, x1) type-checks on both sides only for square matrices... and is
+    still false there; a rule with a side that never type-checks (a concat of a 2-D and a 4-D tensor)
+    is not proved vacuously."""
+    p = Prover()
+    bad = G.Graph((G.Op("concat", (("axis", 0),), ("x1", "i1")),), ("%0",))
+    res = p.prove(bad, bad, 1.0)
+    assert res["status"] == "untranslatable" and "type-check" in res["reason"]
+
+
+def test_validation_checks_the_z3_shape_rules_against_the_specs(monkeypatch):
+    """Validation evaluates each axiom's Z3 shape conditions and result shapes at every shape it draws
+    and compares them with the specs: a shape rule stricter than the specs (a matmul that also wants
+    square operands) or one that gives a wrong size (a concat that does not add its axis) fails it."""
+    from taso_mlir.verifier import shapes as SH
+    a25 = next(ax for ax in AX.AXIOMS if ax.name == "A25")
+    a32 = next(ax for ax in AX.AXIOMS if ax.name == "A32")
+    assert not validate_axiom(a25).failures and not validate_axiom(a32).failures
+    real_mm, real_cat = SH.ShapeRules.matmul, SH.ShapeRules.concat
+
+    def strict_mm(self, x, y, b=None):
+        out, conds = real_mm(self, x, y, b)
+        return out, conds + [x[0] == x[1]]
+    monkeypatch.setattr(SH.ShapeRules, "matmul", strict_mm)
+    r = validate_axiom(a25)
+    assert r.failures and "Z3 shape conditions do not hold" in r.failures[0][2]
+    monkeypatch.setattr(SH.ShapeRules, "matmul", real_mm)
+
+    def wrong_cat(self, a, x, y):
+        out, conds = real_cat(self, a, x, y)
+        return list(x), conds
+    monkeypatch.setattr(SH.ShapeRules, "concat", wrong_cat)
+    r = validate_axiom(a32)
+    assert r.failures and "Z3 shape rules give" in r.failures[0][2]
