@@ -1,7 +1,17 @@
-"""Numeric differential check of two ONNX models in onnxruntime on the same random inputs."""
+"""Numeric differential check of two ONNX models in onnxruntime on the same random inputs.
+
+Both models run with onnxruntime's graph optimizations off (``ORT_DISABLE_ALL``): the check is about
+what the models compute, and onnxruntime's own optimizer computes some valid models wrongly (1.31.1
+merges two Splits of one tensor with different output counts, and fuses a MatMul + Add into a Gemm
+that mis-shapes a following Reshape), which would fool the check in either direction.
+
+Where the two float32 runs differ by more than the tolerance, the outputs are judged against a float64
+evaluation of the input model instead (``float64_reference``), so that a result more accurate than the
+input's own float32 run is not refused (``accept_against_reference`` states the criterion)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -23,6 +33,15 @@ class NumericReport:
     tolerance: float = 1e-5
     #: the name of that output
     worst_output: str = ""
+    #: how the float64 reference was computed ("onnxruntime" or "onnx.reference"), "" if none was
+    #: (none is needed where the float32 runs agree within the tolerance)
+    reference: str = ""
+    #: why there is no float64 reference where one was wanted ("" otherwise)
+    no_reference: str = ""
+    #: for the output ``worst`` comes from, judged against the float64 reference: the largest
+    #: |output model - reference| and |input model - reference| (NaN where it was not)
+    ref_error: float = float("nan")
+    input_ref_error: float = float("nan")
 
     @property
     def rel(self) -> float:
@@ -146,26 +165,252 @@ def random_feeds(session, rng: np.random.Generator, like=None, bounds: Optional[
     return feeds
 
 
+#: c in the float64 criterion (``accept_against_reference``): an output may be as far from the float64
+#: reference as the input's own float32 run is (c = 1), plus the float32 tolerance
+REFERENCE_SLACK = 1.0
+#: the float64 reference is used for an output only where the input's own float32 run is within this
+#: many tolerances of it: farther, the reference computes something else than onnxruntime does (an
+#: operator whose semantics onnx.reference reads differently) or the model is too ill-conditioned for
+#: float32 to mean much, and the output is judged by the float32 comparison alone
+REFERENCE_AGREEMENT = 100.0
+#: no float64 reference is built for a model whose float64 copy would hold more bytes of weights than
+#: this (it is held in memory, and onnxruntime reads it as one protobuf, limited to 2 GB)
+MAX_REFERENCE_BYTES = 1 << 30
+
+
 def _session(model, what: str):
-    """An onnxruntime CPU session of ``model``: a ModelProto, or the path of an ONNX file (read by
-    onnxruntime itself, which maps external data instead of copying it)."""
+    """An onnxruntime CPU session of ``model``: a ModelProto, serialized bytes, or the path of an ONNX file
+    (read by onnxruntime itself, which maps external data instead of copying it). Graph optimizations
+    off: the models' own semantics, not what onnxruntime's optimizer makes of them."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 4  # (failures are reported in one line of our own)
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
-        src = model if isinstance(model, str) else model.SerializeToString()
+        src = model if isinstance(model, (str, bytes)) else model.SerializeToString()
         return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
     except Exception as e:
         raise TasoError(f"onnxruntime cannot load the {what} model: {one_line(e)}") from None
 
 
+def accept_against_reference(opt_error: float, input_error: float, tol: float, scale: float) -> bool:
+    """The float64 criterion for one output. ``opt_error`` and ``input_error`` are the largest
+    |output model - reference| and |input model - reference| over the output's elements (all random
+    input sets), ``tol`` its element type's tolerance and ``scale`` max(1, largest |input model|).
+    Accepted when ``opt_error <= REFERENCE_SLACK * input_error + tol * scale``.
+
+    Why this form: with c = 1 it accepts everything the float32 comparison |opt - input| <= tol * scale
+    accepts (|opt - ref| <= |opt - input| + |input - ref|), so it only ever lets through more accurate
+    results, and it refuses any result farther from the reference than the input's own float32 error
+    plus the tolerance the float32 comparison allows anyway. The maxima are compared per output, not
+    element by element: a rewrite that rounds differently (weights folded in float64, sums in another
+    order) has errors of the same size as the input's but at other elements, and an element the input
+    happens to get exactly right would otherwise refuse it. A c above 1 would accept results less
+    accurate than the input; below 1, results the float32 comparison accepts today would be refused."""
+    return opt_error <= REFERENCE_SLACK * input_error + tol * scale
+
+
+_FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16})
+#: inputs that the ONNX spec types as float32 whatever the data's type: kept float32 in the float64 copy
+_FLOAT32_INPUTS = {"Resize": (2,), "Upsample": (1,)}
+
+
+def _retype(tp: onnx.TypeProto) -> None:
+    which = tp.WhichOneof("value")
+    if which in ("tensor_type", "sparse_tensor_type"):
+        t = getattr(tp, which)
+        if t.elem_type in _FLOAT_TYPES:
+            t.elem_type = onnx.TensorProto.DOUBLE
+    elif which == "sequence_type":
+        _retype(tp.sequence_type.elem_type)
+    elif which == "optional_type":
+        _retype(tp.optional_type.elem_type)
+    elif which == "map_type":
+        _retype(tp.map_type.value_type)
+
+
+def _tensor64(t: onnx.TensorProto) -> None:
+    if t.data_type in _FLOAT_TYPES:
+        t.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(t).astype(np.float64), t.name))
+
+
+def _nodes64(nodes) -> None:
+    """The float64 copy of a node list (in place)."""
+    from onnx import AttributeProto as A
+
+    fixed = []
+    for n in nodes:
+        for a in n.attribute:
+            if a.type == A.TENSOR:
+                _tensor64(a.t)
+            elif a.type == A.TENSORS:
+                for t in a.tensors:
+                    _tensor64(t)
+            elif a.type == A.GRAPH:
+                _graph64(a.g)
+            elif a.type == A.GRAPHS:
+                for g in a.graphs:
+                    _graph64(g)
+            elif a.type == A.INT and a.name in ("to", "dtype") and a.i in _FLOAT_TYPES:
+                a.i = onnx.TensorProto.DOUBLE  # Cast, EyeLike, the random generators, SequenceEmpty
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            for a in list(n.attribute):
+                if a.name in ("value_float", "value_floats"):
+                    v = np.array(a.f if a.name == "value_float" else list(a.floats), np.float64)
+                    n.attribute.remove(a)
+                    n.attribute.append(onnx.helper.make_attribute("value", onnx.numpy_helper.from_array(v)))
+        fixed.append(n)
+        for k in _FLOAT32_INPUTS.get(n.op_type, ()) if n.domain in ("", "ai.onnx") else ():
+            if k < len(n.input) and n.input[k]:
+                cast = onnx.helper.make_node("Cast", [n.input[k]], [f"{n.input[k]}__float32_{len(fixed)}"],
+                                             to=onnx.TensorProto.FLOAT)
+                n.input[k] = cast.output[0]
+                fixed.insert(len(fixed) - 1, cast)
+    if len(fixed) != len(nodes):
+        del nodes[:]
+        nodes.extend(fixed)
+
+
+def _graph64(g: onnx.GraphProto) -> None:
+    for t in g.initializer:
+        _tensor64(t)
+    for t in g.sparse_initializer:
+        _tensor64(t.values)
+    for vi in list(g.input) + list(g.output):
+        _retype(vi.type)
+    del g.value_info[:]  # (onnxruntime and onnx.reference infer the intermediate types)
+    _nodes64(g.node)
+
+
+def _bytes64(model: onnx.ModelProto) -> int:
+    """Bytes of weights in the float64 copy of ``model``, from the dims (no data read)."""
+    from onnx import AttributeProto as A
+
+    def size(t) -> int:
+        n = int(np.prod(list(t.dims), dtype=object)) if len(t.dims) else 1
+        if t.data_type in _FLOAT_TYPES:
+            return 8 * n
+        try:
+            return n * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        except Exception:
+            return len(t.raw_data)
+
+    total = sum(size(t) for t in model.graph.initializer)
+    for n in model.graph.node:
+        total += sum(size(a.t) for a in n.attribute if a.type == A.TENSOR)
+    return total
+
+
+def float64_copy(model) -> onnx.ModelProto:
+    """The input model with every float16, bfloat16 and float32 tensor (weights, constants, graph
+    inputs and outputs, Cast targets; subgraphs included) made float64: the same computation in
+    higher precision. ``model`` is a ModelProto (not changed) or a path (loaded with its external
+    data). A spec input that only takes float32 (Resize's scales) gets a Cast back. TasoError where
+    the copy would be over ``MAX_REFERENCE_BYTES``."""
+    if not isinstance(model, onnx.ModelProto) and os.path.getsize(model) > MAX_REFERENCE_BYTES:
+        raise TasoError(f"the model file holds {os.path.getsize(model) / 2**20:.0f} MiB, its float64 copy "
+                        f"would be over {MAX_REFERENCE_BYTES >> 20} MiB")  # (without reading it to count)
+    head = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
+    nbytes = _bytes64(head)
+    if nbytes > MAX_REFERENCE_BYTES:
+        raise TasoError(f"its float64 copy would hold {nbytes / 2**20:.0f} MiB of weights, over "
+                        f"{MAX_REFERENCE_BYTES >> 20} MiB")
+    if isinstance(model, onnx.ModelProto):
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+    else:
+        del head
+        m = onnx.load(model)
+    _graph64(m.graph)
+    for f in m.functions:
+        _nodes64(f.node)
+    return m
+
+
+def _without_float64_kernel(model: onnx.ModelProto) -> Optional[str]:
+    """An op of ``model``'s graph for which onnxruntime's CPU provider registers float32 kernels and no
+    float64 one (Conv, Erf, AveragePool, ...), or None: onnxruntime cannot run the float64 copy, which
+    is then not serialized for it."""
+    try:
+        from onnxruntime.capi import _pybind_state as C
+
+        kernels = C.get_all_opkernel_def()
+    except Exception:
+        return None
+    types: dict = {}
+    for k in kernels:
+        if k.provider == "CPUExecutionProvider":
+            allowed = types.setdefault((k.domain, k.op_name), set())
+            for v in k.type_constraints.values():
+                allowed.update(v)
+    for n in model.graph.node:
+        allowed = types.get((n.domain if n.domain != "ai.onnx" else "", n.op_type))
+        if allowed and "tensor(float)" in allowed and "tensor(double)" not in allowed:
+            return n.op_type
+    return None
+
+
+def float64_reference(model, feeds: list, names: list) -> tuple[list, str]:
+    """Outputs ``names`` of the input ``model`` (ModelProto or path) evaluated in float64 on ``feeds``
+    (the float32 random inputs, widened): onnxruntime on ``float64_copy`` (graph optimizations off)
+    where it has a float64 kernel for every op, else ``onnx.reference.ReferenceEvaluator`` on the same
+    copy. Returns (one list of arrays per input set, "onnxruntime" or "onnx.reference"); TasoError
+    saying why where neither can. Holds the float64 copy once (and, for onnxruntime, its serialized
+    form until the session has it)."""
+    m = float64_copy(model)
+    wide = {i.name for i in m.graph.input if i.type.tensor_type.elem_type == onnx.TensorProto.DOUBLE}
+    feeds64 = [{k: (v.astype(np.float64) if k in wide else v) for k, v in f.items()} for f in feeds]
+    missing = _without_float64_kernel(m)
+    if missing:
+        return _reference_evaluator(m, names, feeds64, f"onnxruntime has no float64 {missing}")
+    data = m.SerializeToString()
+    del m
+    try:
+        s = _session(data, "float64")
+    except TasoError as e:
+        m = onnx.ModelProto.FromString(data)
+        del data
+        return _reference_evaluator(m, names, feeds64, _why_not_onnxruntime(e))
+    del data
+    try:
+        return [s.run(names, f) for f in feeds64], "onnxruntime"
+    except Exception as e:
+        why = _why_not_onnxruntime(e)
+    del s
+    return _reference_evaluator(float64_copy(model), names, feeds64, why)
+
+
+def _why_not_onnxruntime(e: Exception) -> str:
+    import re
+
+    op = re.search(r"Could not find an implementation for (\w+)\(", str(e))
+    return f"onnxruntime has no float64 {op.group(1)}" if op else f"onnxruntime: {one_line(e)[:200]}"
+
+
+def _reference_evaluator(m: onnx.ModelProto, names: list, feeds64: list, why_ort: str) -> tuple[list, str]:
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        ev = ReferenceEvaluator(m)
+        return [ev.run(names, f) for f in feeds64], "onnx.reference"
+    except Exception as e:
+        raise TasoError(f"{why_ort}; onnx.reference: {one_line(e)[:200]}") from None
+
+
 def compare_models(a, b, trials: int = 2, seed: int = 0, bounds: Optional[dict] = None,
-                   like: Optional[dict] = None) -> NumericReport:
-    """Run both models on ``trials`` random inputs; report the largest output difference. ``a`` and
-    ``b`` are ModelProtos or paths of ONNX files. The models run one after the other, so that only one
-    session's weights are in memory at a time. ``bounds`` (``index_bounds`` of ``a``) and ``like``
-    (``input_shapes`` of ``b``) are worked out from the models where not given."""
+                   like: Optional[dict] = None, reference: str = "auto") -> NumericReport:
+    """Run both models on ``trials`` random inputs (onnxruntime, graph optimizations off); report the
+    largest output difference. ``a`` (the input model) and ``b`` (the output model) are ModelProtos or
+    paths of ONNX files. The models run one after the other, so that only one session's weights are in
+    memory at a time. ``bounds`` (``index_bounds`` of ``a``) and ``like`` (``input_shapes`` of ``b``)
+    are worked out from the models where not given.
+
+    A float output passes where the two runs differ by at most its type's tolerance x its scale. One that
+    does not is judged against a float64 evaluation of ``a`` (``float64_reference``) by
+    ``accept_against_reference``. ``reference``: "auto" builds that reference only where an output
+    fails the float32 comparison (by the triangle inequality it would accept every output that passes);
+    "always" builds it anyway (to measure it); "never" judges by the float32 comparison alone."""
     if bounds is None:
         bounds = index_bounds(a if isinstance(a, onnx.ModelProto) else onnx.load(a, load_external_data=False))
     if like is None:
@@ -183,12 +428,17 @@ def compare_models(a, b, trials: int = 2, seed: int = 0, bounds: Optional[dict] 
     names_b = [o.name for o in sb.get_outputs()]
     if names_a != names_b:
         raise TasoError(f"output names differ: {names_a} vs {names_b}")
-    max_abs, scale, worst, tolerance, worst_output, inf_output = 0.0, 1.0, 0.0, 1e-5, "", ""
-    for f, ra in zip(feeds, results_a):
+    results_b = []
+    for f in feeds:
         try:
-            rb = sb.run(None, f)
+            results_b.append(sb.run(None, f))
         except Exception as e:
             raise TasoError(f"onnxruntime cannot run the output model: {one_line(e)}") from None
+    del sb
+    max_abs, scale, inf_output = 0.0, 1.0, ""
+    # per float output: [largest |a - b|, scale, tolerance, ratio to the tolerance]
+    judged: dict = {}
+    for ra, rb in zip(results_a, results_b):
         for name, x, y in zip(names_a, ra, rb):
             x, y = np.asarray(x), np.asarray(y)
             if x.shape != y.shape or x.dtype != y.dtype:
@@ -205,11 +455,60 @@ def compare_models(a, b, trials: int = 2, seed: int = 0, bounds: Optional[dict] 
                 smax = float(np.abs(x[fin]).max()) if fin.any() else 0.0
                 max_abs, scale = max(max_abs, dmax), max(scale, smax)
                 tol = TOLERANCE.get(x.dtype, 4 * 2.0 ** -7)  # (bfloat16 and other narrow floats)
-                if dmax / max(1.0, smax) / tol > worst:
-                    worst, tolerance, worst_output = dmax / max(1.0, smax) / tol, tol, name
+                j = judged.setdefault(name, [0.0, 1.0, tol, 0.0])
+                j[0], j[1] = max(j[0], dmax), max(j[1], smax)
+                j[3] = j[0] / j[1] / tol
             else:
                 if not np.array_equal(x, y):
                     max_abs, inf_output = float("inf"), inf_output or name
+    rep = NumericReport(max_abs, scale, len(names_a), trials)
     if max_abs == float("inf"):  # (an output with other non-finite, integer or boolean values comes first)
-        worst, worst_output = float("inf"), inf_output
-    return NumericReport(max_abs, scale, len(names_a), trials, worst, tolerance, worst_output)
+        rep.worst, rep.worst_output = float("inf"), inf_output
+        return rep
+    failing = [n for n, j in judged.items() if j[3] > 1.0]
+    if (reference == "always" and judged) or (reference == "auto" and failing):
+        try:
+            refs, rep.reference = float64_reference(a, feeds, list(judged))
+        except MemoryError:
+            rep.no_reference = "out of memory building it"
+        except Exception as e:
+            rep.no_reference = str(e) if isinstance(e, TasoError) else one_line(e)
+        else:
+            _judge_against_reference(judged, names_a, results_a, results_b, refs)
+    for name, j in judged.items():
+        if j[3] > rep.worst or not rep.worst_output:
+            rep.worst, rep.tolerance, rep.worst_output = j[3], j[2], name
+            rep.ref_error, rep.input_ref_error = (j[4], j[5]) if len(j) > 4 else (float("nan"), float("nan"))
+            if len(j) > 4 and not j[6]:
+                rep.no_reference = (f"the float64 reference ({rep.reference}) is {j[5]:.3g} from the input's own "
+                                    f"float32 run, over {REFERENCE_AGREEMENT:g} x {j[2]:g} x scale: not used")
+    return rep
+
+
+def _judge_against_reference(judged: dict, names: list, results_a: list, results_b: list, refs: list) -> None:
+    """Extend each entry of ``judged`` with the largest |b - ref| and |a - ref| and whether the reference
+    is used for it (it agrees with ``a``: ``REFERENCE_AGREEMENT``); where it is and
+    ``accept_against_reference`` accepts the output, its ratio becomes at most 1."""
+    order = list(judged)
+    errs = {n: [0.0, 0.0] for n in order}
+    for ra, rb, rr in zip(results_a, results_b, refs):
+        got = dict(zip(names, zip(ra, rb)))
+        for name, r in zip(order, rr):
+            x, y = got[name]
+            x, y, r = (np.asarray(v, np.float64) for v in (x, y, r))
+            if r.shape != x.shape:
+                errs[name] = [float("inf"), float("inf")]  # (the reference computes something else)
+                continue
+            fin = np.isfinite(x)
+            r = np.where(np.isfinite(r), r, x)  # (where only float64 is not finite, judge against the input)
+            if fin.any():
+                errs[name][0] = max(errs[name][0], float(np.abs(y[fin] - r[fin]).max()))
+                errs[name][1] = max(errs[name][1], float(np.abs(x[fin] - r[fin]).max()))
+    for name, j in judged.items():
+        opt_error, input_error = errs[name]
+        dmax, scale, tol, ratio = j
+        # (a reference this far from the input's own run is not one to judge by)
+        used = input_error <= REFERENCE_AGREEMENT * tol * scale
+        j.extend([opt_error, input_error, used])
+        if used and accept_against_reference(opt_error, input_error, tol, scale):
+            j[3] = min(ratio, opt_error / (REFERENCE_SLACK * input_error + tol * scale))

@@ -67,7 +67,8 @@ def _build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--verify-numerics", action="store_true",
                     help="ONNX in and out: run both models in onnxruntime on random inputs and refuse to write "
                          "an output that differs by more than 1e-5 x the output scale (float16: 4 units "
-                         "in the last place)")
+                         "in the last place) unless it is as close to a float64 evaluation of the input "
+                         "as the input is (+ that tolerance)")
     ap.add_argument("--no-verify-numerics", action="store_true",
                     help="with --taso-search on ONNX in and out: skip the default onnxruntime check")
     ap.add_argument("--taso-report", nargs="?", const="-", metavar="FILE",
@@ -243,10 +244,18 @@ def _numeric_check(args, in_path: str, output):
         rep = compare_models(in_path, out, bounds=args.index_bounds, like=like)
         line = (f"numerics: max |difference| {rep.max_abs:.3g} (output scale {rep.scale:.3g}) over "
                 f"{rep.outputs} output(s), {rep.trials} random input sets, onnxruntime")
+        if rep.no_reference:  # (the float32 runs differ by more than the tolerance, and no float64 judges)
+            line += f", float32 only (no float64 reference: {rep.no_reference})"
+        against = (f"a float64 reference ({rep.reference}): {rep.ref_error:.3g} from it, the input "
+                   f"{rep.input_ref_error:.3g}")
         if not rep.ok:
             what = ("has other non-finite, integer or boolean values" if rep.worst == float("inf")
-                    else f"exceeds {rep.tolerance:.3g} x scale")
+                    else f"exceeds {rep.tolerance:.3g} x scale" + (
+                        f", and is farther than the input (+ that) from {against}"
+                        if rep.reference and not rep.no_reference else ""))
             raise TasoError(line + f": output '{rep.worst_output}' {what}; nothing written")
+        if rep.reference:  # (only built where the float32 runs differ by more than the tolerance)
+            line += f"; beyond {rep.tolerance:.3g} x scale, but no farther than the input (+ that) from {against}"
         args.summary_lines.append(f"taso-opt: {line}: ok\n")  # (with the census, once the output is written)
 
     return check
