@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from typing import Optional
 
 import numpy as np
 import onnx
@@ -518,6 +519,32 @@ def _new_file_mode(path: str) -> int:
     return 0o666 & ~mask
 
 
+def _temp_prefix(pid: Optional[int] = None) -> str:
+    """Temporaries beside an output are ``.taso-<pid>-*``: the pid says whose they are
+    (``remove_temporaries``)."""
+    return f".taso-{os.getpid() if pid is None else pid}-"
+
+
+def remove_temporaries(pid: int, outputs) -> None:
+    """Remove the temporaries process ``pid`` left beside ``outputs`` (paths as given on a command
+    line): what a process that died by a signal (``cli.run_contained``) had half-written."""
+    import glob
+    import shutil
+
+    dirs = set()
+    for out in outputs:
+        dirs.add(os.path.dirname(os.path.abspath(output_target(out)[0])) or ".")
+    for d in dirs:
+        for p in glob.glob(os.path.join(glob.escape(d), glob.escape(_temp_prefix(pid)) + "*")):
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+
+
 def write_atomic(path: str, write, what: str = "", check=None) -> None:
     """``write(f)`` into ``path`` atomically: a temporary file beside it, renamed into place, with the
     mode ``open()`` would give it (or that of the file it replaces). ``check(temporary path)``, where
@@ -533,7 +560,7 @@ def write_atomic(path: str, write, what: str = "", check=None) -> None:
     if not os.path.isdir(d):
         raise TasoError(f"{given}: directory does not exist")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".taso-", dir=d)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(), dir=d)
     except OSError as e:
         raise TasoError(f"{given}: cannot write{what} ({e.strerror})") from None
     kept = False
@@ -572,7 +599,7 @@ def save_onnx(model: onnx.ModelProto, path: str, check=None) -> None:
     if not os.path.isdir(d):
         raise TasoError(f"{given}: directory does not exist")
     try:
-        tmpdir = tempfile.mkdtemp(prefix=".taso-", dir=d)
+        tmpdir = tempfile.mkdtemp(prefix=_temp_prefix(), dir=d)
     except OSError as e:
         raise TasoError(f"{given}: cannot write ({e.strerror})") from None
     base = os.path.basename(path)

@@ -82,8 +82,74 @@ def _build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    return cli.run("taso-opt", _main, argv)
+def main(argv: Optional[list[str]] = None, contain: Optional[bool] = None) -> int:
+    """The taso-opt command. As a command (no ``argv``: the console script, ``python -m``) the work runs
+    in a forked child process (``cli.run_contained``, forked before anything heavy is imported), so
+    that nothing, MLIR's C++ code included, kills taso-opt by a signal: a crash is one line, exit
+    status 2 and no output (the child's half-written temporaries are removed). Called with an argument
+    list (the tests, the fuzzer's worker, the benchmarks' round trips, which measure their own
+    process), it runs in the calling process unless ``contain``."""
+    if contain is None:
+        contain = argv is None
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not contain:
+        return cli.run("taso-opt", _main, argv)
+    in_path, out_path, others = _io_paths(argv)
+    written = [out_path] if out_path != "-" else []
+    before = {p: _stat_id(p) for p in written}
+
+    def cleanup(pid: int) -> bool:
+        from taso_mlir.dialect.onnx_export import remove_temporaries
+
+        remove_temporaries(pid, written + others)
+        return any(_stat_id(p) != before[p] for p in written)
+
+    return cli.run_contained("taso-opt", _main, argv, "<stdin>" if in_path == "-" else in_path, cleanup)
+
+
+class _PathsParser(argparse.ArgumentParser):
+    def error(self, message):
+        raise ValueError(message)
+
+
+def _io_paths(argv: list[str]) -> tuple[str, str, list[str]]:
+    """(input, output, reports written) as ``argv`` names them, for the parent of the contained child:
+    the options of ``_build_parser`` that take a value, without importing the passes (which would load
+    MLIR and numpy's threads into the process that forks)."""
+    ap = _PathsParser(add_help=False, allow_abbrev=False)
+    ap.add_argument("input", nargs="?", default="-")
+    ap.add_argument("-o", dest="output", default="-")
+    for opt in ("--pass-pipeline", "--mlir-elide-elementsattrs-if-larger", "--input-shape"):
+        ap.add_argument(opt, action="append", default=[])
+    ap.add_argument("--taso-report", nargs="?", const="-")
+    try:
+        a, _ = ap.parse_known_args(argv)
+    except (ValueError, SystemExit):
+        return "-", "-", []
+    reports = [a.taso_report] if a.taso_report and a.taso_report != "-" else []
+    for pipeline in a.pass_pipeline:
+        reports += [r for r in re.findall(r"\breport=([^\s,}]+)", pipeline) if r != "-"]
+    return a.input, a.output, reports
+
+
+def _stat_id(path: str):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _test_crash() -> None:
+    """Test hook: ``TASO_OPT_TEST_CRASH=SIGSEGV`` (any signal name) in the environment makes the
+    contained child of the taso-opt command (never a process that called ``main(argv)`` itself) kill
+    itself with that signal as it writes its output, once the temporary file is complete and before
+    it is renamed into place, so that a test can show that a crash is contained."""
+    name = os.environ.get("TASO_OPT_TEST_CRASH")
+    if name and cli.in_contained_child():
+        import signal
+
+        os.kill(os.getpid(), getattr(signal, name))
 
 
 def _main(argv: list[str]) -> int:
@@ -193,12 +259,13 @@ def _main(argv: list[str]) -> int:
         if out_path == "-" or output_target(out_path)[1]:  # stdout, a device: checked before any byte goes out
             if check is not None:
                 check(outputs[0])
+            _test_crash()
             if out_path == "-":
                 sys.stdout.buffer.write(outputs[0].SerializeToString())
             else:
                 save_onnx(outputs[0], out_path)
         else:  # the written file is checked before it is renamed into place
-            save_onnx(outputs[0], out_path, check=check)
+            save_onnx(outputs[0], out_path, check=check or (lambda _: _test_crash()))
     elif out_kind == "bytecode":
         _write_bytes(out_path, b"".join(outputs))
     else:
@@ -235,12 +302,16 @@ def _numeric_check(args, in_path: str, output):
     """The check of the optimized model against the input in onnxruntime: a function of the output (a
     ModelProto, or the path of the written file). The input runs from its file (ONNX input is always a
     file), so that its weights are not held twice; one-line TasoError where they disagree."""
+    import onnx
+
     from taso_mlir.dialect.errors import TasoError
     from taso_mlir.dialect.numerics import compare_models, input_shapes
 
     like = input_shapes(output)
 
     def check(out) -> None:
+        if not isinstance(out, onnx.ModelProto):  # (the temporary file)
+            _test_crash()
         rep = compare_models(in_path, out, bounds=args.index_bounds, like=like)
         line = (f"numerics: max |difference| {rep.max_abs:.3g} (output scale {rep.scale:.3g}) over "
                 f"{rep.outputs} output(s), {rep.trials} random input sets, onnxruntime")
@@ -360,48 +431,37 @@ def _check_nesting(text, name: str, offset: int = 0) -> None:
                         f"attributes or types) are not supported")
 
 
-_BYTECODE_PROBE = """
-import json, sys
-sys.path[:0] = json.loads(sys.argv[1])
-try:
-    from taso_mlir.dialect.mlir import ir, make_context
-    from taso_mlir.tools.taso_opt import MAX_NESTING, _nesting
-except ImportError:
-    sys.exit(0)  # cannot check here: the caller parses it anyway
-ctx = make_context()
-try:
-    with ctx:
-        m = ir.Module.parse(sys.stdin.buffer.read(), ctx)
-except Exception:
-    sys.exit(0)  # a clean parse error: the caller reports it
-# the bytecode reader does not recurse, the printer does: print here (a crash is reported) and measure
-text = m.operation.get_asm(binary=True, large_elements_limit=16, large_resource_limit=16,
-                           print_generic_op_form=True, assume_verified=True)
-sys.exit(4 if _nesting(text)[0] > MAX_NESTING else 0)
-"""
-
-
 def _check_bytecode_reader(data: bytes, name: str) -> None:
     """MLIR's bytecode reader crashes the process (segfault) on some corrupt files: parse in a child
-    process first, so that a corrupt file is an error message rather than a crash of taso-opt."""
-    import json
-    import signal
-    import subprocess
-
+    process first (``cli.in_child``, as the taso-opt command runs its work), so that a corrupt file is an
+    error message rather than an internal error. The bytecode reader does not recurse, the printer
+    does: the child prints the module too (a crash is reported) and measures its nesting."""
     from taso_mlir.dialect.errors import TasoError
 
-    try:
-        r = subprocess.run([sys.executable, "-c", _BYTECODE_PROBE, json.dumps(sys.path)], input=data,
-                           capture_output=True, timeout=3600)
-    except (OSError, subprocess.SubprocessError) as e:
-        raise TasoError(f"{name}: cannot check the MLIR bytecode ({e})") from None
-    if r.returncode < 0:
+    def probe() -> int:
+        null = os.open(os.devnull, os.O_WRONLY)  # (MLIR's own messages: the caller reports the parse)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        from taso_mlir.dialect.mlir import ir, make_context
+
+        ctx = make_context()
         try:
-            how = signal.Signals(-r.returncode).name
-        except ValueError:
-            how = f"signal {-r.returncode}"
-        raise TasoError(f"{name}: corrupt MLIR bytecode (MLIR crashed reading it: {how})")
-    if r.returncode == 4:
+            with ctx:
+                m = ir.Module.parse(data, ctx)
+        except Exception:
+            return 0  # a clean parse error: the caller reports it
+        text = m.operation.get_asm(binary=True, large_elements_limit=16, large_resource_limit=16,
+                                   print_generic_op_form=True, assume_verified=True)
+        return 4 if _nesting(text)[0] > MAX_NESTING else 0
+
+    import signal
+
+    child = cli.in_child(probe)
+    if signal.SIGINT in child.received:
+        raise KeyboardInterrupt
+    if child.status < 0:
+        raise TasoError(f"{name}: corrupt MLIR bytecode (MLIR crashed reading it: {cli.signal_name(-child.status)})")
+    if child.status == 4:
         raise TasoError(f"{name}: brackets nested deeper than {MAX_NESTING} levels (regions, attributes or types) "
                         f"are not supported")
 
@@ -602,7 +662,7 @@ def _write_text(path: str, text: str) -> None:
     else:
         from taso_mlir.dialect.onnx_export import write_atomic
 
-        write_atomic(path, lambda f: f.write(text.encode("utf-8")))
+        write_atomic(path, lambda f: f.write(text.encode("utf-8")), check=lambda _: _test_crash())
 
 
 def _write_bytes(path: str, data: bytes) -> None:
@@ -612,7 +672,7 @@ def _write_bytes(path: str, data: bytes) -> None:
     else:
         from taso_mlir.dialect.onnx_export import write_atomic
 
-        write_atomic(path, lambda f: f.write(data))
+        write_atomic(path, lambda f: f.write(data), check=lambda _: _test_crash())
 
 
 if __name__ == "__main__":
