@@ -309,13 +309,13 @@ def float64_copy(model) -> onnx.ModelProto:
     data). A spec input that only takes float32 (Resize's scales) gets a Cast back. TasoError where
     the copy would be over ``MAX_REFERENCE_BYTES``."""
     if not isinstance(model, onnx.ModelProto) and os.path.getsize(model) > MAX_REFERENCE_BYTES:
-        raise TasoError(f"the model file holds {os.path.getsize(model) / 2**20:.3g} MiB, its float64 copy "
-                        f"would be over {MAX_REFERENCE_BYTES / 2**20:.3g} MiB")  # (without reading it to count)
+        raise TasoError(f"the model file holds {os.path.getsize(model) / 2**20:.4g} MiB, its float64 copy "
+                        f"would be over {MAX_REFERENCE_BYTES / 2**20:.4g} MiB")  # (without reading it to count)
     head = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
     nbytes = _bytes64(head)
     if nbytes > MAX_REFERENCE_BYTES:
-        raise TasoError(f"its float64 copy would hold {nbytes / 2**20:.3g} MiB of weights, over "
-                        f"{MAX_REFERENCE_BYTES / 2**20:.3g} MiB")
+        raise TasoError(f"its float64 copy would hold {nbytes / 2**20:.4g} MiB of weights, over "
+                        f"{MAX_REFERENCE_BYTES / 2**20:.4g} MiB")
     if isinstance(model, onnx.ModelProto):
         m = onnx.ModelProto()
         m.CopyFrom(model)
