@@ -201,9 +201,9 @@ def accept_against_reference(opt_error: float, input_error: float, tol: float, s
     Accepted when ``opt_error <= REFERENCE_SLACK * input_error + tol * scale``.
 
     Why this form: with c = 1 it accepts everything the float32 comparison |opt - input| <= tol * scale
-    accepts (|opt - ref| <= |opt - input| + |input - ref|), so it only ever lets through more accurate
-    results, and it refuses any result farther from the reference than the input's own float32 error
-    plus the tolerance the float32 comparison allows anyway. The maxima are compared per output, not
+    accepts (|opt - ref| <= |opt - input| + |input - ref|), so judging by float64 only ever adds
+    acceptances, and it refuses any result farther from the reference than the input's own float32
+    error plus the tolerance the float32 comparison allows anyway. The maxima are compared per output, not
     element by element: a rewrite that rounds differently (weights folded in float64, sums in another
     order) has errors of the same size as the input's but at other elements, and an element the input
     happens to get exactly right would otherwise refuse it. A c above 1 would accept results less
