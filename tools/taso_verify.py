@@ -42,7 +42,12 @@ def _main(argv) -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: all cores)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     ap.add_argument("--seed", type=int, default=0, help="random seed of the shape fuzzing")
+    ap.add_argument("--show", metavar="ID[,ID...]", default=None,
+                    help="print these rules (ids as in a report: R0091, or R0091f for one direction) with "
+                         "their proofs, from the file given or every shipped file; nothing is proved or written")
     args = ap.parse_args(argv)
+    if args.show is not None:
+        return _show(args.rules, args.show)
     from ..generator import graph as G
     from ..generator import library
     import numpy as np
@@ -182,6 +187,41 @@ def _main(argv) -> int:
         for r in excluded[:10]:
             print(f"  {r['id']} {r['proof']['status']}: {r['proof']['reason']}  [{r['text'][0]}  <=>  {r['text'][1]}]")
     print(f"wrote {out}")
+    return 0
+
+
+def _show(path, ids: str) -> int:
+    """Print the rules named by ``ids`` (a trailing direction letter f/b is ignored)."""
+    from ..dialect.errors import TasoError
+    from ..generator import library
+    want = [i.strip() for i in ids.split(",") if i.strip()]
+    keys = {i[:-1] if i[-1:] in ("f", "b") and i[:-1][1:].isdigit() else i: i for i in want}
+    paths = [path] if path else [str(p) for p in library.shipped_paths()]
+    found = {}
+    for p in paths:
+        try:
+            _header, records = library.read(p)
+        except library.LibraryError as e:
+            raise TasoError(str(e)) from None
+        for r in records:
+            if r["id"] in keys:
+                found[r["id"]] = (p, r)
+    missing = [keys[k] for k in keys if k not in found]
+    if missing:
+        raise TasoError(f"no rule {', '.join(missing)} in {', '.join(os.path.basename(p) for p in paths)}")
+    for k in keys:
+        p, r = found[k]
+        proof = r["proof"]
+        print(f"{r['id']}  ({os.path.basename(p)}; usable: {', '.join(r.get('directions', [])) or 'none'})")
+        print(f"  source: {r['text'][0]}")
+        print(f"  target: {r['text'][1]}")
+        print("  inputs: " + ", ".join(f"{v} {list(shape)} ({kind})" for v, (shape, kind) in sorted(r["inputs"].items())))
+        line = f"  proof:  {proof['status']}"
+        if proof.get("axioms"):
+            line += " from " + ", ".join(proof["axioms"])
+        if proof.get("generalized"):
+            line += f" (generalized: {', '.join(proof['generalized'])})"
+        print(line + (f"; {proof['reason']}" if proof.get("reason") else ""))
     return 0
 
 
