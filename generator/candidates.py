@@ -93,22 +93,60 @@ def random_shapes(inputs: dict, rng: np.random.Generator, pool=None) -> dict:
     return out
 
 
+def agree(a: G.Graph, b: G.Graph, inputs: dict, shapes: dict, rng: np.random.Generator, stride=None) -> bool:
+    """Both sides give outputs of equal shapes and values (float64, rtol 1e-7) on random inputs of
+    ``shapes`` (``stride``: the value of a symbolic stride)."""
+    vals = random_inputs(inputs, shapes, rng)
+    return all(x.shape == y.shape and np.allclose(x, y, rtol=1e-7, atol=1e-9)
+               for x, y in zip(G.evaluate(a, vals, strides=stride), G.evaluate(b, vals, strides=stride)))
+
+
 def shape_fuzz(a: G.Graph, b: G.Graph, inputs: dict, rng: np.random.Generator, tries: int | None = None,
-               samples: int | None = None) -> tuple[int, dict | None]:
-    """Compare the two sides in float64 at independently drawn shapes (``random_shapes``) where both
-    type-check with equal output shapes (the rule's preconditions), at stride 1 and, for a rule with a
-    symbolic stride, at stride 2; stop after ``samples`` such shapes per stride or ``tries`` draws.
-    By default 40 samples in 600 draws, and 400 in 6,000 for a rule with bias operands (1-D inputs):
-    their known trap (a merged kernel's and bias's pieces concatenated with different sizes, which Z3
-    cannot see) type-checks at few shapes.
+               samples: int | None = None, stats: dict | None = None) -> tuple[int, dict | None]:
+    """Compare the two sides in float64 at shapes where both type-check with equal output shapes (the
+    rule's preconditions), at stride 1 and, for a rule with a symbolic stride, at stride 2.
+
+    The shapes come from ``shape_sampler.ShapeSampler``, which solves the constraints both sides impose
+    and samples diverse solutions (every pair of dims that can differ apart, dims coinciding, single
+    dims perturbed): up to ``samples`` shapes per stride in ``tries`` solutions. Then a few shapes with
+    every dimension drawn on its own (``random_shapes``: up to ``samples // 4`` per stride in ``tries``
+    draws), which do not rely on the constraint model (they are all there is for a rule with an op the
+    model does not cover). By default 40 samples in 160 solutions per stride (solved samples reach
+    the joint equalities a false rule needs, e.g. concat operands whose sizes sum to another pair's).
+    ``stats``: counters to add to (``sampled``, ``drawn``: shapes compared from each source;
+    ``candidates``, ``rejected``: solutions the sampler found, and those the concrete shape functions
+    refused, which should never happen; ``unsupported``: strides the model could not cover).
     Returns (shapes compared, the first shapes where the sides disagree, or None)."""
-    biased = any(len(shape) == 1 for shape, _kind in inputs.values())
-    tries = tries if tries is not None else (6000 if biased else 600)
-    samples = samples if samples is not None else (400 if biased else 40)
+    from .shape_sampler import ShapeSampler, Unsupported, strides_of
+
+    samples = samples if samples is not None else 40
+    tries = tries if tries is not None else 4 * samples
+    stats = {} if stats is None else stats
+    for k in ("sampled", "drawn", "candidates", "rejected", "unsupported"):
+        stats.setdefault(k, 0)
     compared = 0
-    for stride in ([(1, 1), (2, 2)] if G.has_symbolic_stride(a, b) else [None]):
+    for stride in strides_of(a, b):
         env = {} if stride is None else {G.STRIDE_VAR: stride}
-        seen, n = set(), 0
+        found = {"strides": stride} if stride else {}
+        n = 0
+        try:
+            sampler = ShapeSampler(a, b, inputs, stride)
+        except Unsupported:
+            sampler = None
+            stats["unsupported"] += 1
+        if sampler is not None:
+            try:
+                for shapes in sampler.samples(rng, samples, max_tries=tries):
+                    n += 1
+                    stats["sampled"] += 1
+                    if not agree(a, b, inputs, shapes, rng, stride):
+                        return compared + n, {**shapes, **found}
+            finally:
+                stats["candidates"] += sampler.candidates
+                stats["rejected"] += sampler.rejected
+        # independent draws (all of them where the constraint model does not cover the rule)
+        extra = samples if sampler is None else max(1, samples // 4)
+        seen, m = set(), 0
         for t in range(tries):
             pool = None if t % 2 else rng.choice(np.arange(1, 7), size=3, replace=False)
             shapes = random_shapes(inputs, rng, pool)
@@ -122,12 +160,12 @@ def shape_fuzz(a: G.Graph, b: G.Graph, inputs: dict, rng: np.random.Generator, t
                 continue
             if [sa[o] for o in a.outputs] != [sb[o] for o in b.outputs]:
                 continue
-            vals = random_inputs(inputs, shapes, rng)
             n += 1
-            for x, y in zip(G.evaluate(a, vals, strides=stride), G.evaluate(b, vals, strides=stride)):
-                if not np.allclose(x, y, rtol=1e-7, atol=1e-9):
-                    return compared + n, {**shapes, **({"strides": stride} if stride else {})}
-            if n >= samples:
+            m += 1
+            stats["drawn"] += 1
+            if not agree(a, b, inputs, shapes, rng, stride):
+                return compared + n, {**shapes, **found}
+            if m >= extra:
                 break
         compared += n
     return compared, None
