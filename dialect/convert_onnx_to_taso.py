@@ -26,6 +26,7 @@ from typing import Optional
 import numpy as np
 
 from .errors import TasoError, one_line
+from .handles import erase_op, ir_step
 from .mlir import func, ir
 from .ops import (TASO_ELEMS, dead_code_elimination, dense_array, type_shape, create_taso_op, int_value, loc_name,
                   named, new_weight, pyval, shape_of, str_list, str_value, verify_taso_op)
@@ -537,6 +538,7 @@ def _scalar_constant(n: _Node) -> Optional[np.ndarray]:
 # --------------------------------------------------------------------------------------------
 
 
+@ir_step
 def convert_module(module, *, where: str = "module", default_opset: int = DEFAULT_OPSET) -> None:
     """Run convert-onnx-to-taso over every function of ``module`` (an ir.Module or its operation),
     in place. Raises TasoError on input it cannot convert faithfully."""
@@ -775,7 +777,7 @@ def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset:
             {(k or "ai.onnx"): ir.IntegerAttr.get(i64, v) for k, v in opsets.items()})
         new.attributes["taso.ir_version"] = ir.IntegerAttr.get(i64, ir_version)
     name = fop.attributes["sym_name"]
-    fop.erase()
+    erase_op(fop)
     new.attributes["sym_name"] = name
 
 

@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .errors import TasoError
+from .handles import check_operands, erase_op, ir_step  # noqa: F401  (erase_op re-exported for the passes)
 from .mlir import ir
 from .specs import MAX_ARITY, SpecError, spec
 
@@ -205,7 +206,9 @@ def elem_type(value_or_type) -> ir.Type:
 
 def create_taso_op(name: str, operands: Sequence[ir.Value], result_types: Sequence[ir.Type],
                    attrs: dict, loc: Optional[ir.Location] = None, extra: Optional[dict] = None) -> ir.Operation:
-    """Create ``taso.<name>`` with attributes completed from the spec (defaults filled, kinds checked)."""
+    """Create ``taso.<name>`` with attributes completed from the spec (defaults filled, kinds checked). In the
+    IR debug mode (``handles``) no operand may be a value of an erased op."""
+    check_operands(operands, f"a new 'taso.{name}'")
     s = spec(name)
     full = s.complete_attrs({k: v for k, v in attrs.items() if k not in ("value", "name")})
     mattrs = {k: mlir_attr(s.attr(k).kind, v) for k, v in full.items()}
@@ -365,6 +368,7 @@ def function_bodies(module_op: ir.Operation) -> list:
             if f.operation.name == "func.func" and len(f.operation.regions[0].blocks)]
 
 
+@ir_step
 def dead_code_elimination(module_op: ir.Operation) -> int:
     """Erase taso/onnx ops none of whose results is used, in every function (last to first, so
     chains go in one sweep). Returns the number erased."""
@@ -388,7 +392,8 @@ def dce_from(ops: list) -> int:
     # Each op is known by its pointer (its hash, taken while it is alive): the Python bindings make a new
     # object each time an op is reached, so one op can be in ``work`` twice as two objects, and once it
     # is erased through one, the other reads freed memory, its own hash included. Erasing allocates
-    # nothing, so no pointer is reused meanwhile.
+    # nothing, so no pointer is reused meanwhile (``erase_op`` in the debug mode allocates a placeholder
+    # but frees nothing until the step ends).
     work = [(hash(o), o) for o in ops]
     erased: set = set()
     while work:
@@ -399,10 +404,11 @@ def dce_from(ops: list) -> int:
             continue
         work.extend((hash(p), p) for p in producers(o))
         erased.add(h)
-        o.erase()
+        erase_op(o)
     return len(erased)
 
 
+@ir_step
 def function_dce(func_op: ir.Operation) -> int:
     """Dead-code elimination in one function body (see ``dead_code_elimination``)."""
     erased = 0
@@ -410,6 +416,6 @@ def function_dce(func_op: ir.Operation) -> int:
     for o in reversed(ops):
         # an op without results is no value computation (onnx-mlir's onnx.Return terminates the block)
         if (o.name.startswith("taso.") or o.name.startswith("onnx.")) and len(o.results) and _unused(o):
-            o.erase()
+            erase_op(o)
             erased += 1
     return erased

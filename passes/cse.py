@@ -12,6 +12,7 @@ folded weights are merged after the search).
 from __future__ import annotations
 
 from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.ops import named
 
 from .fold_generic import _RANDOM
@@ -29,13 +30,14 @@ def _key(op: ir.Operation):
     return op.name, tuple(op.operands), attrs, tuple(str(r.type) for r in op.results)
 
 
+@ir_step
 def eliminate_common_subexpressions(f: ir.Operation) -> int:
     """Replace every op of ``f`` that repeats an earlier one by it (its results' uses re-pointed, the op
     erased); returns the number of ops removed."""
     seen: dict = {}
     removed = 0
-    for o in list(f.regions[0].blocks[0].operations):
-        op = o.operation
+    # (an op is erased only when the walk is at it; the first of each kind, kept in ``seen``, never is)
+    for op in each_live(ops_of(f.regions[0].blocks[0])):
         k = _key(op)
         if k is None:
             continue
@@ -44,7 +46,7 @@ def eliminate_common_subexpressions(f: ir.Operation) -> int:
             seen[k] = op
             continue
         for a, b in zip(op.results, first.results):
-            a.replace_all_uses_with(b)
-        op.erase()
+            replace_uses(a, b)
+        erase_op(op)
         removed += 1
     return removed

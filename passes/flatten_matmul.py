@@ -23,6 +23,7 @@ import functools
 import math
 
 from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.handles import check_live, each_live, erase_op, ir_step, ops_of, replace_uses, set_operand
 from taso_mlir.dialect.ops import create_taso_op, taso_attrs
 
 
@@ -54,6 +55,7 @@ def _projection(op: ir.Operation, x: ir.Value) -> bool:
     return xs is not None and ws is not None and len(xs) >= 3 and len(ws) == 2
 
 
+@ir_step
 def flatten_shared_matmuls(f: ir.Operation) -> int:
     """Rewrite each group of two or more matmuls that read the same [..., K] value with 2-D right
     operands as matmuls of one shared 2-D reshape of it (module docstring). Returns the number of
@@ -84,6 +86,8 @@ def flatten_shared_matmuls(f: ir.Operation) -> int:
             groups.append(group)
     done = 0
     for group in groups:
+        for m in group:
+            check_live(m, "a matmul of a group found before the rewrites")
         x = group[0].operands[0]  # live: an earlier group may have replaced the value the group was found by
         xs = _shape(x)
         rows = math.prod(xs[:-1])
@@ -97,8 +101,8 @@ def flatten_shared_matmuls(f: ir.Operation) -> int:
                                     taso_attrs(m), loc=m.location)
                 back = create_taso_op("reshape", [m2.results[0]], [m.results[0].type], {"shape": out},
                                       loc=m.location)
-            m.results[0].replace_all_uses_with(back.results[0])
-            m.erase()
+            replace_uses(m.results[0], back.results[0])
+            erase_op(m)
             done += 1
     return done
 
@@ -119,14 +123,16 @@ def _flattened_matmul(v: ir.Value):
     return m, flat, xs, ws
 
 
+@ir_step
 def unflatten_matmuls(f: ir.Operation) -> int:
     """Turn ``reshape(matmul(reshape(x, [rows, K]), W), lead + [N])`` back into ``matmul(x, W)`` where
     ``x`` has shape ``lead + [K]`` with ``prod(lead) = rows`` and the inner matmul has no other use.
     Returns the number of matmuls restored."""
     block = f.regions[0].blocks[0]
     done = 0
-    for o in list(block.operations):
-        back = o.operation
+    # (a list taken first: a restore erases the reshape it is at and the matmul and reshape before it,
+    # which the walk has passed, as their results are its operands)
+    for back in each_live(ops_of(block)):
         if back.name != "taso.reshape":
             continue
         found = _flattened_matmul(back.operands[0])
@@ -139,15 +145,16 @@ def unflatten_matmuls(f: ir.Operation) -> int:
         with ir.InsertionPoint(back):
             m3 = create_taso_op("matmul", [x] + list(m.operands)[1:], [back.results[0].type], taso_attrs(m),
                                 loc=m.location)
-        back.results[0].replace_all_uses_with(m3.results[0])
-        back.erase()
-        m.erase()
+        replace_uses(back.results[0], m3.results[0])
+        erase_op(back)
+        erase_op(m)
         if not any(True for _ in flat.results[0].uses):
-            flat.erase()
+            erase_op(flat)
         done += 1
     return done
 
 
+@ir_step
 def unflatten_split_matmuls(f: ir.Operation, cost_model) -> int:
     """Where the search merged flattened matmuls, ``split(matmul(reshape(x, [rows, K]), W), axis=1)``
     with ``x`` of shape ``lead + [K]``: read ``x`` itself, ``split(matmul(x, W), axis=len(lead))``, so
@@ -162,7 +169,7 @@ def unflatten_split_matmuls(f: ir.Operation, cost_model) -> int:
     block = f.regions[0].blocks[0]
     done = 0
     # (the splits first: the loop erases other ops, whose handles in a list of every op would dangle)
-    for split in [o.operation for o in block.operations if o.operation.name == "taso.split"]:
+    for split in each_live([o.operation for o in block.operations if o.operation.name == "taso.split"]):
         if taso_attrs(split)["axis"] != 1:
             continue
         found = _flattened_matmul(split.operands[0])
@@ -208,10 +215,10 @@ def unflatten_split_matmuls(f: ir.Operation, cost_model) -> int:
             for u in users[i]:
                 if u.name == "taso.reshape":
                     if _shape(u.results[0]) == lead + [sizes[i]]:
-                        u.results[0].replace_all_uses_with(new)
-                        u.erase()
+                        replace_uses(u.results[0], new)
+                        erase_op(u)
                     else:
-                        u.operands[0] = new
+                        set_operand(u, 0, new)
                     continue
                 if flat_piece is None:
                     with ir.InsertionPoint(split):  # (after the new split, before every user of the old)
@@ -219,11 +226,11 @@ def unflatten_split_matmuls(f: ir.Operation, cost_model) -> int:
                                                     loc=split.location)
                 for k, operand in enumerate(u.operands):
                     if operand == piece:
-                        u.operands[k] = flat_piece.results[0]
-        split.erase()
-        m.erase()
+                        set_operand(u, k, flat_piece.results[0])
+        erase_op(split)
+        erase_op(m)
         if flat_goes:
-            flat.erase()
+            erase_op(flat)
         done += 1
     return done
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from taso_mlir.dialect.convert_onnx_to_taso import _weight_of, _Weights
 from taso_mlir.dialect.errors import TasoError
+from taso_mlir.dialect.handles import check_live, erase_op, ir_step, replace_uses
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import create_taso_op, dense_array, find_sites, function_bodies, named, new_weight, str_value, taso_attrs
 from taso_mlir.dialect.specs import SpecError, spec
@@ -83,6 +84,7 @@ def _site(bn: ir.Operation) -> Optional[tuple]:
     return conv, ws
 
 
+@ir_step(name="fold_batchnorm")
 def fold_function(f: ir.Operation) -> int:
     """Fold every batchnorm site of one function (source weights left unused are removed). Returns
     the number folded."""
@@ -91,7 +93,11 @@ def fold_function(f: ir.Operation) -> int:
         return 0
     names = _Weights(f.regions[0].blocks[0])
     folded = 0
+    # (sites are found first; a fold erases its batchnorm and convolution, which are in no other site,
+    # and of its weights those nothing uses any more, which a site not yet folded would still use)
     for bn, conv, ws in sites:
+        for op in [bn, conv] + [w for w in ws if w is not None]:
+            check_live(op, "an op of a batchnorm site found before the folds")
         try:
             w, b, scale, bias, mean, var = (None if op is None else dense_array(op.attributes["value"])
                                             for op in ws)
@@ -119,12 +125,12 @@ def fold_function(f: ir.Operation) -> int:
         for v in list(conv.operands)[1:] + list(bn.operands)[1:]:
             if v not in params:
                 params.append(v)
-        bn.results[0].replace_all_uses_with(new.results[0])
-        bn.erase()
-        conv.erase()
+        replace_uses(bn.results[0], new.results[0])
+        erase_op(bn)
+        erase_op(conv)
         for v in params:  # the source weights nothing reads any more
             if not any(True for _ in v.uses):
-                _weight_of(v).erase()
+                erase_op(_weight_of(v))
         folded += 1
     return folded
 
@@ -135,6 +141,7 @@ def _new_weight(names: _Weights, src: ir.Operation, value: np.ndarray, ttype: ir
     return new_weight(name, value, ttype, loc=ir.Location.name(name, childLoc=src.location))
 
 
+@ir_step
 def fold_batchnorm(module_op: ir.Operation) -> int:
     """Run ``fold_function`` on every function with a body. Returns the number of batchnorms folded."""
     return sum(fold_function(f) for f in function_bodies(module_op))

@@ -21,6 +21,7 @@ from typing import Optional
 
 import numpy as np
 
+from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import dense_array, named, new_weight, type_shape
 
@@ -31,6 +32,7 @@ _RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "Rando
                      "Bernoulli", "Dropout"})
 
 
+@ir_step
 def fold_generic(f: ir.Operation, prefix: str, names: set) -> int:
     """Replace the uses of every constant result of a generic op of function ``f`` by a new weight named
     ``<prefix><i>`` (not in ``names``, which the new names are added to), and erase the op. Returns the
@@ -41,8 +43,7 @@ def fold_generic(f: ir.Operation, prefix: str, names: set) -> int:
     known: dict = {}  # ir.Value -> np.ndarray, or None: a weight, read when needed
     exporter = None
     folded = 0
-    for op in list(block.operations):
-        o = op.operation
+    for o in each_live(ops_of(block)):  # (an op is erased only when the walk is at it)
         if o.name == "taso.weight":
             known[o.results[0]] = None
             continue
@@ -71,12 +72,12 @@ def fold_generic(f: ir.Operation, prefix: str, names: set) -> int:
                     made.append(new_weight(fresh_name(prefix, names), arr, r.type, loc=o.location))
         except Exception:  # noqa: BLE001 - a value no weight can hold (an element type numpy has no match for)
             for w in made:
-                w.erase()
+                erase_op(w)
             continue
         for r, w in zip(o.results, made):
-            r.replace_all_uses_with(w.results[0])
+            replace_uses(r, w.results[0])
             known[w.results[0]] = None
-        o.erase()
+        erase_op(o)
         folded += 1
     return folded
 

@@ -29,6 +29,7 @@ from typing import Optional
 
 import numpy as np
 
+from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses, set_operand
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import create_taso_op, dense_array, new_weight, taso_attrs
 
@@ -191,9 +192,10 @@ def _scale_weights(plan: list, names: set) -> None:
         base = ir.StringAttr(w.attributes["name"]).value
         with ir.InsertionPoint(w):
             nw = new_weight(fresh_name(f"{base}.scaled", names), arr, v.type, loc=w.location)
-        op.operands[i] = nw.results[0]
+        set_operand(op, i, nw.results[0])
 
 
+@ir_step
 def div_to_smul(f: ir.Operation) -> int:
     """Make each generic ``onnx.Div(x, c)`` with ``c`` a constant float scalar ``+-2**k`` (and a float
     result of ``x``'s type) whose reciprocal ``fold_scalar_scales`` can fold a ``taso.smul(x, 1/c)``.
@@ -201,8 +203,7 @@ def div_to_smul(f: ir.Operation) -> int:
     block = f.regions[0].blocks[0]
     names = weight_names(f)
     done = 0
-    for o in list(block.operations):
-        op = o.operation
+    for op in each_live(ops_of(block)):  # (an op is erased only when the walk is at it)
         if op.name != "onnx.Div" or len(op.operands) != 2 or len(op.results) != 1:
             continue
         x, c = op.operands
@@ -224,20 +225,20 @@ def div_to_smul(f: ir.Operation) -> int:
         with ir.InsertionPoint(op):
             w = new_weight(fresh_name("taso_scale_", names), inv, ir.RankedTensorType.get([], et), loc=op.location)
             sm = create_taso_op("smul", [x, w.results[0]], [x.type], {}, loc=op.location)
-        op.results[0].replace_all_uses_with(sm.results[0])
-        op.erase()
+        replace_uses(op.results[0], sm.results[0])
+        erase_op(op)
         done += 1
     return done
 
 
+@ir_step
 def fold_scalar_scales(f: ir.Operation) -> int:
     """Drop every ``taso.smul(v, s)`` (``s`` a constant float scalar, finite and nonzero) whose factor
     ``absorb`` can put into weights, scaling those weights instead. Returns the number of ops dropped."""
     block = f.regions[0].blocks[0]
     names = weight_names(f)
     done = 0
-    for o in list(block.operations):
-        op = o.operation
+    for op in each_live(ops_of(block)):  # (an op is erased only when the walk is at it)
         if op.name != "taso.smul" or op.results[0].type != op.operands[0].type:
             continue
         s = _scalar_weight(op.operands[1])
@@ -247,8 +248,8 @@ def fold_scalar_scales(f: ir.Operation) -> int:
         if plan is None:
             continue
         _scale_weights(plan, names)
-        op.results[0].replace_all_uses_with(op.operands[0])
-        op.erase()
+        replace_uses(op.results[0], op.operands[0])
+        erase_op(op)
         done += 1
     return done
 

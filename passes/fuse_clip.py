@@ -33,6 +33,7 @@ import numpy as np
 
 from taso_mlir.dialect.convert_onnx_to_taso import _weight_of
 from taso_mlir.dialect.errors import TasoError
+from taso_mlir.dialect.handles import check_live, erase_op, ir_step, replace_uses
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import dense_array, find_sites, function_bodies, named, taso_attrs
 from taso_mlir.dialect.specs import RELU6_MAX
@@ -94,23 +95,29 @@ def _site(clip: ir.Operation) -> Optional[tuple]:
     return conv, relu
 
 
+@ir_step(name="fuse_relu6")
 def fuse_function(f: ir.Operation) -> int:
     """Fuse every Clip(0, 6) site of one function (bounds left unused are removed). Returns the
     number fused."""
     sites = find_sites(f, "onnx.Clip", _site)
+    # (sites are found first; a fusion erases its Clip and relu, which are in no other site, and of the
+    # bounds those nothing uses any more, which a Clip not yet fused would still use)
     for clip, conv, relu in sites:
+        for op in (clip, conv) + ((relu,) if relu is not None else ()):
+            check_live(op, "an op of a ReLU6 site found before the fusions")
         bounds = [_weight_of(v) for v in list(clip.operands)[1:]]  # (none in the attribute form)
         conv.attributes["activation"] = ir.StringAttr.get("relu6", context=conv.context)
-        clip.results[0].replace_all_uses_with(conv.results[0])
-        clip.erase()
+        replace_uses(clip.results[0], conv.results[0])
+        erase_op(clip)
         if relu is not None:
-            relu.erase()
+            erase_op(relu)
         for w in dict.fromkeys(bounds):  # (the two bounds can be one weight only if 0 == 6: never)
             if not any(True for _ in w.results[0].uses):
-                w.erase()
+                erase_op(w)
     return len(sites)
 
 
+@ir_step
 def fuse_relu6(module_op: ir.Operation) -> int:
     """Run ``fuse_function`` on every function with a body. Returns the number of Clips fused."""
     return sum(fuse_function(f) for f in function_bodies(module_op))

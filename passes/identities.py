@@ -17,6 +17,7 @@ import numpy as np
 
 from taso_mlir.dialect.convert_onnx_to_taso import _weight_of
 from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.ops import dense_array
 
 _NEUTRAL = {"taso.ewadd": 0.0, "taso.ewmul": 1.0, "taso.smul": 1.0}
@@ -37,12 +38,12 @@ def _constant_value(v: ir.Value):
         return None
 
 
+@ir_step
 def drop_identities(f: ir.Operation) -> int:
     """Replace each identity op (module docstring) by its other operand. Returns the number replaced."""
     block = f.regions[0].blocks[0]
     done = 0
-    for o in list(block.operations):
-        op = o.operation
+    for op in each_live(ops_of(block)):  # (an op is erased only when the walk is at it)
         neutral = _NEUTRAL.get(op.name)
         if neutral is None or len(op.operands) != 2 or len(op.results) != 1:
             continue
@@ -56,8 +57,8 @@ def drop_identities(f: ir.Operation) -> int:
             val = _constant_value(op.operands[c])
             if val is None or val.size == 0 or not np.all(val == neutral):
                 continue
-            op.results[0].replace_all_uses_with(keep)
-            op.erase()
+            replace_uses(op.results[0], keep)
+            erase_op(op)
             done += 1
             break
     return done

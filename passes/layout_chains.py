@@ -30,6 +30,7 @@ from typing import Optional
 import numpy as np
 
 from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.ops import create_taso_op, elem_type, taso_attrs
 
 from .flatten_matmul import _owner, _shape, _tensor, _user
@@ -133,13 +134,15 @@ def _steps(ops: list) -> list:
             for o in ops]
 
 
+@ir_step
 def compose_layout_chains(f: ir.Operation, cost_model) -> int:
     """Replace each chain of reshapes and transposes with two or more ops, at least one a transpose, by
     its plan where ``cost_model`` says it costs less. Returns the number of chains replaced."""
     block = f.regions[0].blocks[0]
     done = 0
-    for o in list(block.operations):
-        end = o.operation
+    # (a list taken first: a replacement erases the chain that ends at the op it is at, which the walk
+    # has passed, as each op of it defines the next one's operand)
+    for end in each_live(ops_of(block)):
         if end.name not in _LAYOUT or not _ends_chain(end):
             continue
         ops = _chain(end)
@@ -157,9 +160,9 @@ def compose_layout_chains(f: ir.Operation, cost_model) -> int:
             continue
         with ir.InsertionPoint(end):
             v = _emit(x, new, end.location)
-        end.results[0].replace_all_uses_with(v)
+        replace_uses(end.results[0], v)
         for op in reversed(ops):
-            op.erase()
+            erase_op(op)
         done += 1
     return done
 
@@ -248,6 +251,7 @@ def _layout_cost(cm, steps: list, shape: list, dtype: str) -> float:
     return _ops_cost(cm, ops, dtype)
 
 
+@ir_step
 def move_row_chains(f: ir.Operation, cost_model) -> int:
     """Move reshapes and transposes that move whole rows across the matmuls by a 2-D operand
     (``matmul(R(x), W) = R(matmul(x, W))``, the last axis resized), to join the layout chain on the
@@ -258,8 +262,8 @@ def move_row_chains(f: ir.Operation, cost_model) -> int:
     changed = True
     while changed:
         changed = False
-        for o in list(f.regions[0].blocks[0].operations):
-            op = o.operation
+        # (``_sink`` and ``_hoist`` erase ops only where they return True: the walk then starts over)
+        for op in each_live(ops_of(f.regions[0].blocks[0])):
             if _row_matmul(op) and (_sink(op, cost_model) or _hoist(op, cost_model)):
                 moved += 1
                 changed = True
@@ -302,12 +306,12 @@ def _sink(mm: ir.Operation, cm) -> bool:
     end = after[-1] if after else mm
     with ir.InsertionPoint(end):
         v = _emit(_clone_matmul(mm, x0, start).results[0], new_ops, mm.location)
-    end.results[0].replace_all_uses_with(v)
+    replace_uses(end.results[0], v)
     for op in reversed(after):
-        op.erase()
-    mm.erase()
+        erase_op(op)
+    erase_op(mm)
     for op in reversed(rows):
-        op.erase()
+        erase_op(op)
     return True
 
 
@@ -339,12 +343,12 @@ def _hoist(mm: ir.Operation, cm) -> bool:
     last = rows[-1]
     with ir.InsertionPoint(last):
         m2 = _clone_matmul(mm, _emit(x0, new_ops, mm.location), _shape(last.results[0]))
-    last.results[0].replace_all_uses_with(m2.results[0])
+    replace_uses(last.results[0], m2.results[0])
     for op in reversed(rows):
-        op.erase()
-    mm.erase()
+        erase_op(op)
+    erase_op(mm)
     for op in reversed(before):
-        op.erase()
+        erase_op(op)
     return True
 
 

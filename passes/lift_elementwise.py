@@ -28,6 +28,7 @@ from typing import Optional
 
 from taso_mlir.dialect import specs
 from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.ops import create_taso_op, elem_type, taso_attrs
 
 from .flatten_matmul import _owner, _shape, _user
@@ -120,10 +121,10 @@ def goes_with(split: ir.Operation, ops: list) -> bool:
 
 def lift_until_done(block: ir.Block, lift_at) -> None:
     """Call ``lift_at(split)`` on the static ``taso.split`` ops of ``block``, in order, from the start
-    again after each one that lifted (returned True), until none does."""
+    again after each one that lifted (returned True), until none does. ``lift_at`` erases ops only when
+    it returns True (then the list of ops, taken before, is not walked further)."""
     while True:
-        for o in list(block.operations):
-            op = o.operation
+        for op in each_live(ops_of(block)):
             if op.name == "taso.split" and _shape(op.operands[0]) is not None and lift_at(op):
                 break
         else:
@@ -166,8 +167,8 @@ class _Lifter:
             pieces = create_taso_op("split", [whole.results[0]], [r.type for r in split.results],
                                     {"axis": a["axis"], "sizes": list(a["sizes"])}, loc=first.location)
         for i, op in ops_by_piece.items():
-            op.results[0].replace_all_uses_with(pieces.results[i])
-            op.erase()
+            replace_uses(op.results[0], pieces.results[i])
+            erase_op(op)
         self.lifted += len(ops_by_piece)
 
     def _unary(self, split: ir.Operation) -> bool:
@@ -269,9 +270,9 @@ class _Lifter:
             new_s = create_taso_op("split", [new_m.results[0]], [partner.results[j].type for j in order],
                                    {"axis": pa["axis"], "sizes": [psizes[j] for j in order]}, loc=partner.location)
         for pos, j in enumerate(order):
-            partner.results[j].replace_all_uses_with(new_s.results[pos])
-        partner.erase()
-        m.erase()
+            replace_uses(partner.results[j], new_s.results[pos])
+        erase_op(partner)
+        erase_op(m)
         self.permuted += 1
         return True
 
@@ -294,6 +295,7 @@ class _Lifter:
         lift_until_done(self.block, lambda split: self._unary(split) or self._binary(split))
 
 
+@ir_step
 def lift_elementwise(f: ir.Operation, cost_model) -> tuple[int, int]:
     """Lift elementwise ops over the splits of the function ``f`` (module docstring) where
     ``cost_model`` says it gains, until nothing more lifts. Returns (ops lifted, weights permuted); the

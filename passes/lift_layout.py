@@ -37,6 +37,7 @@ import math
 from typing import Optional
 
 from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses, set_operand
 from taso_mlir.dialect.ops import create_taso_op, elem_type, taso_attrs
 
 from .flatten_matmul import _owner, _shape, _tensor, _user
@@ -78,26 +79,28 @@ def _piece(whole: list, axis: int, n: int) -> list:
     return list(whole[:axis]) + [n] + list(whole[axis + 1:])
 
 
+@ir_step
 def compose_reshapes(f: ir.Operation) -> int:
     """``reshape(reshape(x))`` -> ``reshape(x)``; a reshape to its operand's type -> the operand. Returns
     the number of reshapes re-pointed or removed (each once)."""
     done = 0
-    for o in list(f.regions[0].blocks[0].operations):
-        op = o.operation
+    # (a list taken first: a step erases the reshape it is at and the one before it, which the walk has
+    # passed, as its result is the operand)
+    for op in each_live(ops_of(f.regions[0].blocks[0])):
         if op.name != "taso.reshape":
             continue
         src = op.operands[0]
         inner = _owner(src)
         repointed = inner is not None and inner.name == "taso.reshape"
         if repointed:
-            op.operands[0] = inner.operands[0]
+            set_operand(op, 0, inner.operands[0])
             if not any(True for _ in inner.results[0].uses):
-                inner.erase()
+                erase_op(inner)
             src = op.operands[0]
             done += 1
         if src.type == op.results[0].type:
-            op.results[0].replace_all_uses_with(src)
-            op.erase()
+            replace_uses(op.results[0], src)
+            erase_op(op)
             done += not repointed
     return done
 
@@ -166,10 +169,10 @@ class _Lifter:
                 with ir.InsertionPoint(op):
                     new = create_taso_op("transpose", [new], [op.results[0].type], {"perm": residual[i]},
                                          loc=op.location).results[0]
-            op.results[0].replace_all_uses_with(new)
-            op.erase()
+            replace_uses(op.results[0], new)
+            erase_op(op)
         if not any(True for r in split.results for _ in r.uses):
-            split.erase()
+            erase_op(split)
         self.lifted += len(group) - len(residual)
 
     def _try(self, split: ir.Operation) -> bool:
@@ -189,6 +192,7 @@ class _Lifter:
         lift_until_done(self.block, self._try)
 
 
+@ir_step
 def lift_layout(f: ir.Operation, cost_model) -> tuple[int, int]:
     """Compose reshape chains, then lift reshapes and transposes over the splits of ``f`` (module
     docstring) where ``cost_model`` says it gains. Returns (reshapes composed, layout ops lifted)."""

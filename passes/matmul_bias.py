@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from taso_mlir.dialect.convert_onnx_to_taso import _weight_of
 from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.ops import create_taso_op, taso_attrs
 
 from .flatten_matmul import _owner, _shape
@@ -38,14 +39,16 @@ def _gains(cost_model, m: ir.Operation, b: ir.Value, add: ir.Operation) -> bool:
     return fused <= apart
 
 
+@ir_step
 def fuse_matmul_bias(f: ir.Operation, cost_model=None) -> int:
     """Fold each bias add into its matmul (module docstring); with a cost model, only where the biased
     matmul costs no more than the two ops apart (measured on the CPU, a 3-D MatMul + Add can time
     slower as one model than its parts). Returns the number folded."""
     block = f.regions[0].blocks[0]
     done = 0
-    for o in list(block.operations):
-        add = o.operation
+    # (a list taken first: a fold erases the add it is at and the matmul before it, which the walk has
+    # passed, as its result is the add's operand)
+    for add in each_live(ops_of(block)):
         if add.name != "taso.ewadd" or len(add.operands) != 2:
             continue
         for side in (0, 1):
@@ -63,9 +66,9 @@ def fuse_matmul_bias(f: ir.Operation, cost_model=None) -> int:
             with ir.InsertionPoint(add):
                 fused = create_taso_op("matmul", [m.operands[0], m.operands[1], b], [m.results[0].type],
                                        {"activation": "none"}, loc=m.location)
-            add.results[0].replace_all_uses_with(fused.results[0])
-            add.erase()
-            m.erase()
+            replace_uses(add.results[0], fused.results[0])
+            erase_op(add)
+            erase_op(m)
             done += 1
             break
     return done

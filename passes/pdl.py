@@ -29,6 +29,7 @@ from typing import Optional
 
 from taso_mlir.dialect import specs
 from taso_mlir.dialect.errors import TasoError
+from taso_mlir.dialect.handles import check_live
 from taso_mlir.dialect.mlir import ir, rewrite
 from taso_mlir.dialect.ops import elem_type, mlir_attr, producers, shape_of, taso_attrs
 from taso_mlir.generator import graph as G
@@ -359,6 +360,8 @@ class Replayer:
         disagree). ``variant``: the operand order to apply (``variant_of``; None: any), so that the
         target reads the variables in the order the search bound them."""
         block = func_op.regions[0].blocks[0]
+        for k, o in enumerate(ops):
+            check_live(o, f"matched op {k} of rewrite {rw.id}")
         # (reordering reads the whole block: only where the site's order needs it and moving the site's
         # ops up does not do)
         if _dominance_ok(ops, {}) is not None and not _order_locally(block, ops):

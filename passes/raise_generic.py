@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+from taso_mlir.dialect.handles import check_live, each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import TASO_ELEMS, create_taso_op, dense_array, named
 from taso_mlir.dialect.specs import MAX_ARITY
@@ -67,6 +68,7 @@ def piece_of(sizes: list, index: int) -> int:
     raise IndexError(index)
 
 
+@ir_step
 def gathers_to_split(f: ir.Operation) -> int:
     """Raise each group of Gathers of one tensor on one axis that uses every index (2 to MAX_ARITY of
     them) to a split; returns the number of Gathers replaced (erased)."""
@@ -78,7 +80,11 @@ def gathers_to_split(f: ir.Operation) -> int:
         if got is not None:
             groups.setdefault(got[:2], []).append((op, got[2]))
     done = 0
+    # (each Gather is in one group, and only its group's raise erases it; the values the groups were
+    # keyed by are not read again)
     for (_data, axis), members in list(groups.items()):
+        for op, _i in members:
+            check_live(op, "a Gather of a group found before the raises")
         # the data as it is now: raising an earlier group can have replaced it (an unbind of an
         # unbind's piece), and the key's value is then gone
         data = members[0][0].operands[0]
@@ -98,8 +104,8 @@ def gathers_to_split(f: ir.Operation) -> int:
                 with ir.InsertionPoint(op):
                     v = create_taso_op("reshape", [v], [op.results[0].type], {"shape": _shape(op.results[0])},
                                        loc=op.location).results[0]
-            op.results[0].replace_all_uses_with(v)
-            op.erase()
+            replace_uses(op.results[0], v)
+            erase_op(op)
             done += 1
     return done
 
@@ -108,12 +114,12 @@ def gathers_to_split(f: ir.Operation) -> int:
 _VIEWS = {"onnx.Squeeze": {"axes"}, "onnx.Unsqueeze": {"axes"}, "onnx.Flatten": {"axis"}}
 
 
+@ir_step
 def views_to_reshapes(f: ir.Operation) -> int:
     """Replace each Squeeze, Unsqueeze and Flatten between static types whose axes are constants by a
     ``taso.reshape``; returns the number replaced (erased)."""
     done = 0
-    for o in list(f.regions[0].blocks[0].operations):
-        op = o.operation
+    for op in each_live(ops_of(f.regions[0].blocks[0])):  # (an op is erased only when the walk is at it)
         allowed = _VIEWS.get(op.name)
         if allowed is None or "taso.domain" in op.attributes or len(op.results) != 1 or not len(op.operands) \
                 or {na.name for na in named(op.attributes)} - allowed:
@@ -128,8 +134,8 @@ def views_to_reshapes(f: ir.Operation) -> int:
             continue
         with ir.InsertionPoint(op):
             r = create_taso_op("reshape", [x], [op.results[0].type], {"shape": out}, loc=op.location)
-        op.results[0].replace_all_uses_with(r.results[0])
-        op.erase()
+        replace_uses(op.results[0], r.results[0])
+        erase_op(op)
         done += 1
     return done
 

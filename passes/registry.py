@@ -195,8 +195,11 @@ class _PyPass:
         self.error: Optional[str] = None
 
     def __call__(self, op: ir.Operation, pass_) -> None:
+        from taso_mlir.dialect.handles import step
+
         try:
-            self.info.run(op, self.options)
+            with step(f"pass '{self.info.argument}'", op):  # (checked after it in the IR debug mode)
+                self.info.run(op, self.options)
         except TasoError as e:
             self.error = str(e)
             _PENDING_ERRORS.append(self.error)

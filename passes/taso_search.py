@@ -31,6 +31,7 @@ import numpy as np
 
 from taso_mlir.dialect import specs
 from taso_mlir.dialect.errors import TasoError
+from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import create_taso_op, dce_from, dense_array, function_bodies, function_dce, new_weight, producers, taso_attrs
 
@@ -205,7 +206,7 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     if g_out.cost > cost_pre * (1 + 1e-9):  # never worse than the search's starting point
         dropped = {"cost_ms": g_out.cost, "ops": g_out.num_ops, "rewrites": len(history)}
         ir.InsertionPoint(f).insert(before_search)
-        f.erase()
+        erase_op(f)
         f = before_search
         g_out, _ = T.from_function(f, written)
         history = []
@@ -300,7 +301,7 @@ def _run_checked(module_op, f, rws, by_id, builder, sopts, replayer, opts) -> di
     def restore():
         g = backup.clone()
         ir.InsertionPoint(f).insert(g)
-        f.erase()
+        erase_op(f)
         return g
 
     f = restore()
@@ -329,6 +330,7 @@ def _run_checked(module_op, f, rws, by_id, builder, sopts, replayer, opts) -> di
     return fr
 
 
+@ir_step
 def replay(f: ir.Operation, best: T.TGraph, mops: list, replayer: P.Replayer, by_id: dict) -> None:
     """Apply the searched graph's rewrites (``best.history``) to the function ``f`` whose ops by node
     id are ``mops``, each with its PDL pattern at its site and in the operand order the search bound."""
@@ -350,8 +352,8 @@ def replay(f: ir.Operation, best: T.TGraph, mops: list, replayer: P.Replayer, by
                 if op.is_before_in_block(old):
                     old.move_before(op)  # its operands are the copy's, defined before the copy
                 for a, r in zip(op.results, old.results):
-                    a.replace_all_uses_with(r)
-                op.erase()
+                    replace_uses(a, r)
+                erase_op(op)
             else:
                 op_of[nid] = op
                 maybe_dead.append(op)
@@ -370,6 +372,7 @@ def replay(f: ir.Operation, best: T.TGraph, mops: list, replayer: P.Replayer, by
 FOLDED_PREFIX = "taso_folded_"
 
 
+@ir_step
 def fold_weights(f: ir.Operation) -> int:
     """Replace every taso op whose operands are all weights or constants by a weight holding its
     value (computed with the reference semantics). Returns the number of ops folded."""
@@ -397,12 +400,13 @@ def fold_weights(f: ir.Operation) -> int:
             wname = fresh_name(FOLDED_PREFIX, names)
             with ir.InsertionPoint(op):
                 w = new_weight(wname, arr, r.type, loc=op.location)
-            r.replace_all_uses_with(w.results[0])
+            replace_uses(r, w.results[0])
             values[w.results[0]] = None  # read back on demand, as the element type rounded it
         folded += 1
     return folded
 
 
+@ir_step
 def merge_duplicate_weights(f: ir.Operation) -> int:
     """Make each weight the folding created (``taso_folded_*``) that holds the same type and values as
     an earlier weight that weight: merges that concatenate the same kernels at several sites, or a
@@ -427,11 +431,12 @@ def merge_duplicate_weights(f: ir.Operation) -> int:
         first = seen.setdefault(key, (w, arr))
         if first[0] is w or not folded(w) or not np.array_equal(first[1], arr):
             continue  # the first of its values, or one of the input's own weights (they stay as they are)
-        w.results[0].replace_all_uses_with(first[0].results[0])
+        replace_uses(w.results[0], first[0].results[0])
         merged += 1
     return merged
 
 
+@ir_step
 def fuse_concat_trees(f: ir.Operation) -> int:
     """Make each concat that is an operand of another concat on the same axis, and has no other use,
     part of it: one concat of all the pieces (at most ``specs.MAX_ARITY``), which reads and writes the
@@ -449,7 +454,7 @@ def _fuse_until_done(f: ir.Operation, name: str, fuse) -> int:
     block = f.regions[0].blocks[0]
     fused = 0
     while True:
-        for op in [o.operation for o in block.operations]:
+        for op in each_live(ops_of(block)):
             if op.name == name and fuse(op):
                 fused += 1
                 break
@@ -473,12 +478,13 @@ def _fuse_concat(op: ir.Operation) -> bool:
         return False
     with ir.InsertionPoint(op):
         new = create_taso_op("concat", pieces, [op.results[0].type], {"axis": axis}, loc=op.location)
-    op.results[0].replace_all_uses_with(new.results[0])
-    op.erase()
-    inner.erase()
+    replace_uses(op.results[0], new.results[0])
+    erase_op(op)
+    erase_op(inner)
     return True
 
 
+@ir_step
 def fuse_split_trees(f: ir.Operation) -> int:
     """Make each split of a piece of another split on the same axis part of that split, where nothing
     else uses the piece: one split into the finer pieces (at most ``specs.MAX_ARITY``), which reads
@@ -505,9 +511,9 @@ def _fuse_split(op: ir.Operation) -> bool:
         new = create_taso_op("split", [parent.operands[0]], [r.type for r in olds],
                              {"axis": a_in["axis"], "sizes": sizes}, loc=parent.location)
     for old, r in zip(olds, new.results):
-        old.replace_all_uses_with(r)
-    op.erase()
-    parent.erase()
+        replace_uses(old, r)
+    erase_op(op)
+    erase_op(parent)
     return True
 
 

@@ -18,6 +18,9 @@ config.environment["PATH"] = os.environ.get("PATH", "")
 for var in ("HOME", "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
+# The IR debug mode (dialect/handles.py: the IR verified after every pass and step of taso-search, handles
+# to erased ops kept readable and checked): on unless TASO_DEBUG_IR says otherwise.
+config.environment["TASO_DEBUG_IR"] = os.environ.get("TASO_DEBUG_IR", "1")
 
 filecheck = shutil.which("filecheck") or shutil.which("FileCheck")
 if filecheck is None:

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# The IR debug mode (dialect/handles.py): erased ops are kept dead but readable until the step ends, every
+# value a pass uses is checked to be live and the IR is verified after every pass and every step of
+# taso-search. On for the whole suite (and the tools it runs, which inherit the environment);
+# TASO_DEBUG_IR=0 turns it off.
+os.environ.setdefault("TASO_DEBUG_IR", "1")
 
 _SUMMARY = pytest.StashKey[list]()
 
