@@ -29,11 +29,12 @@ from typing import Optional
 
 import numpy as np
 
+from taso_mlir.dialect import handles as H
 from taso_mlir.dialect import specs
 from taso_mlir.dialect.errors import TasoError
-from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
+from taso_mlir.dialect.handles import check_live, each_live, erase_op, internal_error, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.mlir import ir
-from taso_mlir.dialect.ops import create_taso_op, dce_from, dense_array, function_bodies, function_dce, new_weight, producers, taso_attrs
+from taso_mlir.dialect.ops import create_taso_op, dense_array, function_bodies, function_dce, new_weight, taso_attrs
 
 from . import pdl as P
 from . import rulebook as RB
@@ -154,13 +155,17 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     # Cast computes; after the repeats merged, two equal convs of which one is clipped)
     relu6_fused = fuse_relu6(f)
     biases = fuse_matmul_bias(f, builder.cost_model)
+    # ops nothing uses (in the input, or left by the steps above) go before the search: its graph keeps
+    # a node for every op, and the replay must find every node it refers to in the function
+    function_dce(f)
     # kept, detached, for where the search's result costs more as written than the function it started
     # from: the search prices the flattened matmuls' reshapes, which the restoring takes away again
     before_search = f.clone()
     cost_pre = T.from_function(f, written)[0].cost
     flattened = flatten_shared_matmuls(f)
-    if pre_folded or generic_folded or views or gathers or divs or scales or pre_merged or repeats or relu6_fused or flattened or biases:
-        g0, mops = T.from_function(f, builder)
+    # the graph the search starts from, and the function's ops by node id, as the function is now (the
+    # steps above erased ops: no op handle from before them is kept)
+    g0, mops = T.from_function(f, builder)
     tick = time.monotonic()
 
     def progress(i, n, cost):
@@ -333,38 +338,49 @@ def _run_checked(module_op, f, rws, by_id, builder, sopts, replayer, opts) -> di
 @ir_step
 def replay(f: ir.Operation, best: T.TGraph, mops: list, replayer: P.Replayer, by_id: dict) -> None:
     """Apply the searched graph's rewrites (``best.history``) to the function ``f`` whose ops by node
-    id are ``mops``, each with its PDL pattern at its site and in the operand order the search bound."""
-    op_of = dict(enumerate(mops))
-    for step, (rid, matched, made, shared, variant) in enumerate(best.history):
+    id are ``mops``, each with its PDL pattern at its site and in the operand order the search bound.
+
+    The function mirrors the searched graph step by step: a rewrite removes exactly the ops the graph's
+    rewrite removes (its matched ops: PDL erases those whose results it replaces, the others have no
+    use left outside the match and are erased here), and an op the graph keeps stays, even where it
+    is dead (the graph keeps dead nodes, and a later step may match one or share it as a target op).
+    ``op_of`` holds the live ops only: an entry goes when its op is erased, so no handle to an erased
+    op is ever read; a step that names a node without an entry is an internal error."""
+    op_of = {n: op for n, op in enumerate(mops) if op is not None}
+    steps = len(best.history)
+
+    def live(n, i, rid, what):
+        op = op_of.get(n)
+        if op is None:
+            raise internal_error(f"@{ir.StringAttr(f.attributes['sym_name']).value}: step {i + 1} of the replay "
+                                 f"({rid}) names {what} node {n}, which an earlier step removed")
+        check_live(op, f"{what} node {n} of step {i + 1} of the replay ({rid})")
+        return op
+
+    for i, (rid, matched, made, shared, variant) in enumerate(best.history):
         rw = by_id[rid]
-        site = [op_of[n] for n in matched]
-        # what this step can leave dead: the matched ops PDL keeps (those without mapped outputs), the
-        # producers of the matched ops' operands, and the ops it creates; never an op PDL erases
-        # (ops compare and hash by their pointer; a Python object is made per access, so never by id)
-        replaced = P.replaced_positions(rw)
-        gone = {hash(o) for k, o in enumerate(site) if k in replaced}
-        maybe_dead = [o for k, o in enumerate(site) if k not in replaced]
-        maybe_dead += [p for o in site for p in producers(o) if hash(p) not in gone]
-        created = replayer.apply(f, rw, site, variant)
-        for k, (nid, op) in enumerate(zip(made, created)):
-            if k in shared:  # the search shared an op the function has: use it instead of the new copy
-                old = op_of[nid]
-                if op.is_before_in_block(old):
-                    old.move_before(op)  # its operands are the copy's, defined before the copy
-                for a, r in zip(op.results, old.results):
-                    replace_uses(a, r)
-                erase_op(op)
-            else:
-                op_of[nid] = op
-                maybe_dead.append(op)
-        # the pattern replaced the ops of the mapped outputs; the other matched ops are dead now, and
-        # are removed before the next step, whose checks read the uses as the searched graph has them
-        # (after the first step, which also removes what was dead before, only what this step left
-        # dead: a whole-function pass each step is quadratic, 1.2 s of replay at 3,500 ops)
-        if step == 0:
-            function_dce(f)
-        else:
-            dce_from(maybe_dead)
+        with H.step(f"replay of rewrite {i + 1} of {steps} ({rid})", f, specs=False):
+            site = [live(n, i, rid, "matched") for n in matched]
+            replaced = P.replaced_positions(rw)
+            for n in matched:
+                op_of.pop(n, None)
+            created = replayer.apply(f, rw, site, variant)
+            # (PDL erased the replaced ops: ``site`` is not read past this point but for the others,
+            # whose results the match alone used; erased users first, in reverse rule order)
+            for k in reversed(range(len(site))):
+                if k not in replaced:
+                    erase_op(site[k])
+            del site
+            for k, (nid, op) in enumerate(zip(made, created)):
+                if k in shared:  # the search shared an op the function has: use it instead of the new copy
+                    old = live(nid, i, rid, "shared")
+                    if op.is_before_in_block(old):
+                        old.move_before(op)  # its operands are the copy's, defined before the copy
+                    for a, r in zip(op.results, old.results):
+                        replace_uses(a, r)
+                    erase_op(op)
+                else:
+                    op_of[nid] = op
     function_dce(f)
 
 
