@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .errors import TasoError
-from .handles import check_operands, erase_op, ir_step  # noqa: F401  (erase_op re-exported for the passes)
+from .handles import check_operands, erase_op, ir_step
 from .mlir import ir
 from .specs import MAX_ARITY, SpecError, spec
 
@@ -368,7 +368,6 @@ def function_bodies(module_op: ir.Operation) -> list:
             if f.operation.name == "func.func" and len(f.operation.regions[0].blocks)]
 
 
-@ir_step
 def dead_code_elimination(module_op: ir.Operation) -> int:
     """Erase taso/onnx ops none of whose results is used, in every function (last to first, so
     chains go in one sweep). Returns the number erased."""

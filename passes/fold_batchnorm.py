@@ -141,7 +141,6 @@ def _new_weight(names: _Weights, src: ir.Operation, value: np.ndarray, ttype: ir
     return new_weight(name, value, ttype, loc=ir.Location.name(name, childLoc=src.location))
 
 
-@ir_step
 def fold_batchnorm(module_op: ir.Operation) -> int:
     """Run ``fold_function`` on every function with a body. Returns the number of batchnorms folded."""
     return sum(fold_function(f) for f in function_bodies(module_op))

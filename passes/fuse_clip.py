@@ -117,7 +117,6 @@ def fuse_function(f: ir.Operation) -> int:
     return len(sites)
 
 
-@ir_step
 def fuse_relu6(module_op: ir.Operation) -> int:
     """Run ``fuse_function`` on every function with a body. Returns the number of Clips fused."""
     return sum(fuse_function(f) for f in function_bodies(module_op))

@@ -1,4 +1,4 @@
-"""dce_from: dead-code elimination from given ops (the replay's per-step clean-up), against
+"""dce_from: dead-code elimination from given ops (what a pass knows it may have left dead), against
 function_dce, and safe when one op is reached as several Python objects (the bindings make a new object
 per access: the second object of an erased op must not be touched)."""
 

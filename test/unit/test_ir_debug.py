@@ -172,3 +172,19 @@ def test_an_erased_op_moved_back_into_the_function_is_caught(debug):
         assert H._graveyard == []
         assert c.operands[0].owner.name == "builtin.unrealized_conversion_cast"
         assert "taso.relu" in _names(f) and _names(f).count("taso.relu") == 1
+
+
+def test_a_walk_that_reaches_an_op_it_erased_is_caught(debug):
+    text = TEXT.replace("return %c", "%d = \"taso.tanh\"(%x) : ({T}) -> {T}\n  return %c".format(T=T))
+
+    def walk(f):  # erases an op the walk has yet to reach (outside debug mode: it would read freed memory)
+        for op in H.each_live(H.ops_of(f.regions[0].blocks[0])):
+            if op.name == "taso.relu" and not H.is_dead(ops[3]):
+                H.erase_op(ops[3])
+
+    with make_context(), ir.Location.unknown():
+        m, f, ops = _parse(text)
+        with pytest.raises(TasoError, match=r"^internal error: an op of a list taken before the walk erased any is "
+                                            r"'taso.tanh' at .*, which was erased in walk \(in walk\)$"):
+            H.ir_step(walk)(f)
+        assert _names(f) == ["taso.relu", "taso.relu", "taso.sigmoid", "func.return"]
