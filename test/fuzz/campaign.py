@@ -27,6 +27,7 @@ if __package__ in (None, ""):  # run as a script: make ``fuzz`` importable
 
 import onnx  # noqa: E402
 
+from fuzz import gen as G  # noqa: E402
 from fuzz import runner as R  # noqa: E402
 from fuzz import shrink as S  # noqa: E402
 
@@ -84,6 +85,25 @@ def record_failure(out_dir: str, res: R.Result, model: Optional[onnx.ModelProto]
     return info
 
 
+REGRESSIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "regressions")
+
+
+def open_bug_seeds() -> dict:
+    """seed -> (failure class, regression file) of the bugs ``regressions/index.json`` lists as open with
+    seeds of this generator version: such a seed's failure is reported as known and not shrunk again."""
+    try:
+        with open(os.path.join(REGRESSIONS, "index.json")) as f:
+            index = json.load(f)
+    except OSError:
+        return {}
+    out = {}
+    for name, e in index.items():
+        if e.get("status") == "open":
+            for s in e.get("seeds", {}).get(str(G.GENERATOR_VERSION), []):
+                out[int(s)] = (e["class"].split()[0], name)
+    return out
+
+
 def _task(seed: int) -> dict:
     every = _OPTS["determinism_every"]
     check = every > 0 and seed % every == 0
@@ -95,7 +115,11 @@ def _task(seed: int) -> dict:
         tb = traceback.format_exc().strip().splitlines()
         return R.Result(seed, "fuzzer-error", f"{type(e).__name__}: {str(e)[:300]} ({tb[-3].strip()})").to_json()
     rec = res.to_json()
-    if res.failed or res.cls == "generator-fault":
+    rec["generator"] = G.GENERATOR_VERSION
+    known = _OPTS["known"].get(seed)
+    if known and known[0] == res.cls:
+        rec["known"] = known[1]
+    elif res.failed or res.cls == "generator-fault":
         info = record_failure(_OPTS["out"], res, model, _RUNNER, _OPTS["shrink_budget"])
         rec["saved"] = info.get("model")
         rec["shrunk"] = info.get("shrunk")
@@ -163,7 +187,9 @@ def summarize(records: list, seconds: float, ran: int) -> str:
         lines.append("failures:")
         for r in sorted(bad, key=lambda r: r["seed"]):
             lines.append(f"  seed {r['seed']}: {r['cls']}: {r['detail'][:200]}")
-            if r.get("shrunk"):
+            if r.get("known"):
+                lines.append(f"    known open bug: regressions/{r['known']}")
+            elif r.get("shrunk"):
                 lines.append(f"    shrunk ({r.get('shrunk_nodes')} nodes): {r['shrunk']}")
             elif r.get("saved"):
                 lines.append(f"    model: {r['saved']}")
@@ -214,7 +240,7 @@ def main(argv: Optional[list] = None) -> int:
     if len(todo) < len(seeds):
         sys.stderr.write(f"campaign: {len(seeds) - len(todo)} of {len(seeds)} seeds already in {results_path}\n")
     opts = dict(out=a.out, timeout=a.timeout, shrink_budget=a.shrink_budget,
-                determinism_every=a.determinism_every, fresh_every=a.fresh_every)
+                determinism_every=a.determinism_every, fresh_every=a.fresh_every, known=open_bug_seeds())
     tty = sys.stderr.isatty()
     counts = collections.Counter()
     t0 = time.monotonic()
@@ -256,7 +282,7 @@ def main(argv: Optional[list] = None) -> int:
     allrec = [r for s, r in sorted({**done, **{r["seed"]: r for r in new}}.items()) if s in seeds]
     text = summarize(allrec, elapsed, ran)
     with open(os.path.join(a.out, "summary.txt"), "w") as f:
-        f.write(f"seeds {a.seeds}\n{text}\n")
+        f.write(f"seeds {a.seeds}, generator version {G.GENERATOR_VERSION}\n{text}\n")
     print(text)
     return 1 if any(r["cls"] in R.FAILURES for r in allrec) else 0
 

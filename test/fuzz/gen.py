@@ -27,8 +27,11 @@ from onnx import TensorProto, helper, numpy_helper
 OPSET = 17
 IR_VERSION = 8
 FLOAT = TensorProto.FLOAT
-#: bumped when a change of the generator changes which model a seed gives
-GENERATOR_VERSION = 1
+#: bumped when a change of the generator changes which model a seed gives (recorded with the results;
+#: a seed names a model only together with this version)
+GENERATOR_VERSION = 2
+#: the random stream the seeds index (fixed: the version above tells generators apart)
+_STREAM = 1
 
 
 class GeneratorFault(Exception):
@@ -64,11 +67,23 @@ class Builder:
         self.weight_input_p = weight_input_p
         self.shadow_p = shadow_p
         self.name_nodes = rng.random() < 0.8
+        #: value and node names: plain (``matm_12``), as torch exports them (``/layer1/MatMul_output_0``)
+        #: or with characters that need quoting somewhere (spaces, quotes, backslashes, ``:``, non-ASCII)
+        self.style = str(rng.choice(["plain", "export", "odd"], p=[0.6, 0.25, 0.15]))
+        self.forced_outputs: list = []  # values that must be graph outputs (inputs among them)
         self._n = 0
 
     # -- names and leaves ------------------------------------------------------------------------
+    _ODD = ("{p} {n}", "{p}:{n}", "{n}{p}", "{p}.{n}", "{p}/\u00fc{n}", "{p}\"{n}", "{p}\\{n}", "{p}%{n}", "{p}#{n}",
+            "{p}@{n}", "{p}{{{n}}}", "{p}\u2603{n}")
+
     def fresh(self, prefix: str) -> str:
         self._n += 1
+        if self.style == "export":
+            return f"/layer{self._n // 9}/{prefix.rstrip('_').capitalize()}_output_{self._n}"
+        if self.style == "odd" and self.rng.random() < 0.5:
+            t = self._ODD[int(self.rng.integers(len(self._ODD)))]
+            return t.format(p=prefix, n=self._n)
         return f"{prefix}{self._n}"
 
     def chance(self, p: float) -> bool:
@@ -177,7 +192,7 @@ class Builder:
     # -- the model -----------------------------------------------------------------------------------
     def model(self, extra_outputs_p: float = 0.15, dead_p: float = 0.08) -> onnx.ModelProto:
         leaves = [v for v in self.pool if self.uses[v] == 0 and v not in {i.name for i in self.inputs}]
-        if not leaves:
+        if not leaves and not self.forced_outputs:
             leaves = [self.pool[-1]]
         outs = list(leaves)
         if len(outs) > 1 and self.chance(dead_p):  # a dead branch for the optimizer's DCE
@@ -186,6 +201,7 @@ class Builder:
                  and v not in {i.name for i in self.inputs}]
         if inner and self.chance(extra_outputs_p):  # an output that also feeds other ops
             outs.append(inner[int(self.rng.integers(len(inner)))])
+        outs += [v for v in self.forced_outputs if v not in outs]
         outputs = [helper.make_tensor_value_info(v, FLOAT, list(self.shape[v])) for v in outs]
         g = helper.make_graph(self.nodes, "fuzz", self.inputs + self.shadowed, outputs, self.inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION,
@@ -208,6 +224,8 @@ def activation(b: Builder, x: str, kind: Optional[str] = None) -> str:
     if kind == "Clip06":
         if b.chance(0.1):  # a Clip with only its lower bound
             return b.op("Clip", [x, b.scalar(0.0)], s)
+        if b.chance(0.05):  # a Clip with only its upper bound
+            return b.op("Clip", [x, "", b.scalar(6.0)], s)
         return b.op("Clip", [x, b.scalar(0.0), b.scalar(6.0)], s)
     if kind == "LeakyRelu":
         return b.op("LeakyRelu", [x], s, alpha=0.1)
@@ -750,10 +768,41 @@ def m_unknown(b: Builder) -> bool:
     if x is None:
         return False
     s = b.shape[x]
-    kinds = ["Erf", "Softplus", "HardSigmoid", "Neg", "Abs", "ReduceMean", "Softmax", "LeakyRelu"]
+    kinds = ["Erf", "Softplus", "HardSigmoid", "Neg", "Abs", "ReduceMean", "Softmax", "LeakyRelu", "Slice", "Pad",
+             "Expand", "Tile", "Dropout", "Where"]
     if len(s) == 4:
         kinds += ["InstanceNormalization", "LRN"]
     kind = b.choice(kinds)
+    if kind in ("Slice", "Pad", "Expand", "Tile", "Dropout", "Where"):
+        axis = int(b.rng.integers(len(s)))
+        if kind == "Slice" and s[axis] >= 2:
+            start = int(b.rng.integers(0, s[axis] - 1))
+            end = int(b.rng.integers(start + 1, s[axis] + 1))
+            out = tuple(end - start if i == axis else d for i, d in enumerate(s))
+            y = b.op("Slice", [x, b.i64([start]), b.i64([end]), b.i64([axis])], out)
+        elif kind == "Pad":
+            pads = [0] * (2 * len(s))
+            pads[axis], pads[len(s) + axis] = 1, int(b.rng.integers(0, 2))
+            out = tuple(d + pads[i] + pads[len(s) + i] for i, d in enumerate(s))
+            y = b.op("Pad", [x, b.i64(pads)], out, mode=None if b.chance(0.7) else "reflect" if min(s) >= 2 else None)
+        elif kind == "Expand":
+            out = (2,) + s
+            y = b.op("Expand", [x, b.i64(list(out))], out)
+        elif kind == "Tile":
+            reps = [1] * len(s)
+            reps[axis] = 2
+            y = b.op("Tile", [x, b.i64(reps)], tuple(d * r for d, r in zip(s, reps)))
+        elif kind == "Dropout":  # inference: the identity
+            y = b.op("Dropout", [x], s)
+        elif kind == "Where":  # a fixed boolean mask, as attention masks are built
+            mask = numpy_helper.from_array(b.rng.random(s[-2:] if len(s) >= 2 else s) < 0.7, b.fresh("mask"))
+            b.inits.append(mask)
+            y = b.op("Where", [mask.name, x, b.scalar(-3.0)], s)
+        else:
+            y = b.op("Neg", [x], s)
+        if b.chance(0.5):
+            activation(b, y, "Relu")
+        return True
     if kind == "ReduceMean":
         axis = int(b.rng.integers(len(s)))
         keep = b.chance(0.7)
@@ -961,13 +1010,18 @@ def m_identity(b: Builder) -> bool:
         ins = [i.name for i in b.inputs if i.type.tensor_type.elem_type == FLOAT]
         if ins:
             x = ins[int(b.rng.integers(len(ins)))]
-            b.op("Identity", [x], b.shape[x])
+            if b.chance(0.3):  # the graph input is itself a graph output
+                b.forced_outputs.append(x)
+            else:
+                b.op("Identity", [x], b.shape[x])
             return True
     x = b.pick(lambda s: True)
     if x is None:
         return False
     y = b.op("Identity", [x], b.shape[x])
-    if b.chance(0.5):
+    if b.chance(0.3):  # one value under two output names
+        b.forced_outputs.append(x)
+    elif b.chance(0.5):
         activation(b, y)
     return True
 
@@ -1143,15 +1197,60 @@ def m_split_unused(b: Builder) -> bool:
     return True
 
 
+def m_equal_weights(b: Builder) -> bool:
+    """Two weights with the same values (the optimizer merges equal constants), used by ops that differ,
+    or with shapes that differ (a [n] and a [1, n] of equal values)."""
+    x = b.pick(lambda s: len(s) >= 2 and s[-1] <= 64)
+    if x is None:
+        return False
+    s = b.shape[x]
+    d = s[-1]
+    vals = b.rng.standard_normal((d, d)) / math.sqrt(d)
+    w1 = b.weight((d, d), values=vals)
+    w2 = b.weight((d, d), values=vals)
+    y1 = b.op("MatMul", [x, w1], s)
+    if b.chance(0.5):
+        b.op("MatMul", [activation(b, x, "Relu"), w2], s)
+    else:
+        b.op("Add", [y1, w2 if len(s) == 2 and s[0] == d else b.weight((d,), values=vals[0])], s)
+    if b.chance(0.5):  # equal values, different shapes
+        v = b.rng.standard_normal(d) * 0.5
+        b.op("Add", [b.op("Mul", [y1, b.weight((d,), values=v)], s, pool=False), b.weight((1, d), values=v)], s)
+    return True
+
+
+def m_transposed_matmul(b: Builder) -> bool:
+    """``(x @ W)^T`` and ``W^T`` forms: transposes around and inside matmuls (TASO's transpose rules)."""
+    x = b.pick(lambda s: len(s) in (2, 3) and s[-1] <= 64 and s[-2] <= 32)
+    if x is None:
+        return False
+    s = b.shape[x]
+    d = s[-1]
+    perm = (1, 0) if len(s) == 2 else (0, 2, 1)
+    k = int(b.choice([d, 8]))
+    if b.chance(0.5):  # x @ transpose(W') with W' [k, d]
+        wt = b.weight((k, d), scale=1 / math.sqrt(d))
+        y = b.op("MatMul", [x, b.op("Transpose", [wt], (d, k), pool=False, perm=[1, 0])], s[:-1] + (k,))
+    else:
+        y = b.op("MatMul", [x, b.weight((d, k), scale=1 / math.sqrt(d))], s[:-1] + (k,))
+    y = transpose(b, y, perm)
+    if b.chance(0.5):
+        y = activation(b, y, "Relu")
+    if b.chance(0.5):
+        transpose(b, y, perm)
+    return True
+
+
 MOTIFS = {f.__name__[2:]: f for f in [
     m_conv_block, m_sibling_convs, m_residual, m_pool, m_split_concat, m_elementwise, m_unary, m_flatten,
     m_to_sequence, m_layout, m_projections, m_nested_projections, m_attention, m_ffn, m_norm, m_unknown,
     m_shape_arith, m_token_mixing, m_two_activations, m_lstm, m_nasrnn, m_mlp, m_to_3d, m_embedding, m_identity,
-    m_const_branch, m_same_operand, m_noop, m_cast, m_matmul_variants, m_scalar, m_long_chain, m_split_unused]}
+    m_const_branch, m_same_operand, m_noop, m_cast, m_matmul_variants, m_scalar, m_long_chain, m_split_unused,
+    m_equal_weights, m_transposed_matmul]}
 
 #: motifs of every family, for corner cases
 _EDGES = dict(identity=0.4, const_branch=0.4, same_operand=0.5, noop=0.4, cast=0.2, scalar=0.2, split_unused=0.4,
-              matmul_variants=0.6)
+              matmul_variants=0.6, equal_weights=0.3, transposed_matmul=0.4)
 
 #: family -> (input shapes maker, motif weights)
 FAMILIES = {
@@ -1196,7 +1295,7 @@ def _inputs_for(b: Builder, family: str) -> None:
 
 def generate(seed: int, check: bool = True) -> Generated:
     """The model of ``seed`` (checked unless ``check`` is false). Raises ``GeneratorFault``."""
-    rng = np.random.default_rng([GENERATOR_VERSION, seed])
+    rng = np.random.default_rng([_STREAM, seed])
     wi = float(rng.choice([0.0, 0.25], p=[0.85, 0.15]))
     b = Builder(rng, weight_input_p=wi, shadow_p=0.1 if rng.random() < 0.1 else 0.0)
     families = list(FAMILY_WEIGHTS)
