@@ -3,10 +3,12 @@
     taso-verify rules.jsonl -o proved.jsonl --timeout 2 --jobs 2
     taso-verify --in-place                          # the packaged library
 
-Every axiom is first checked on concrete shapes against the reference semantics (a failing axiom
-stops the run). Each rule is then proved per mapped output under a timeout; a proved rule with stride-1
-window ops is proved again with a symbolic stride (and stated with it where that proves); every proved
-rule is then compared numerically at independently drawn shapes, since the proofs know no shapes.
+Every axiom is first checked on concrete shapes against the reference semantics, its Z3 shape conditions
+against the specs' type-checking (a failing axiom stops the run). Each rule is then proved per mapped
+output under a timeout, from the assumption that both sides type-check at the shapes the search relates
+them by; a proved rule with stride-1 window ops is proved again with a symbolic stride (and stated with
+it where that proves); every proved rule is then compared numerically at shapes a constraint solver
+samples where both sides type-check.
 Rules that do not prove, or that the shape fuzzing refutes, stay in the file with status "unknown",
 "refuted" or "untranslatable" and the reason, and are never used by the search.
 """
@@ -115,25 +117,27 @@ def _main(argv) -> int:
             continue
         records[i].update(src=a.to_json(), dst=b.to_json(), text=[a.text(), b.text()])
         results[i] = dict(res, time_s=results[i]["time_s"] + res["time_s"], generalized=["strides"])
-    # 2c. shape fuzzing: a Z3 proof knows no shapes, so it can lean on a term that does not type-check
-    # (an axiom applied where only one of its sides does); every proved rule is compared numerically at
-    # independently drawn shapes, and one that disagrees anywhere is refuted with those shapes
+    # 2c. shape fuzzing: every proved rule is compared numerically at shapes where both sides type-check
+    # (solved and sampled by generator.shape_sampler, plus independent draws), and one that disagrees
+    # anywhere is refuted with those shapes: a numeric check of the proofs, independent of the prover's
+    # shape reasoning
     proved = [i for i, res in enumerate(results) if res["status"] == "proved"]
     bar = tqdm(total=len(proved), desc="shape fuzzing", unit="rule", file=sys.stderr, disable=quiet)
     n_fuzzed = n_refuted = 0
+    fuzz_stats: dict = {}
     for i in proved:
         r = records[i]
         a, b = G.Graph.from_json(r["src"]), G.Graph.from_json(r["dst"])
         inputs = {v: (tuple(shape), kind) for v, (shape, kind) in r["inputs"].items()}
-        n, bad = shape_fuzz(a, b, inputs, np.random.default_rng(args.seed + i))
+        n, bad = shape_fuzz(a, b, inputs, np.random.default_rng(args.seed + i), stats=fuzz_stats)
         n_fuzzed += n
         if bad is not None:
             n_refuted += 1
             status["proved"] -= 1
             status["refuted"] += 1
             results[i] = {"status": "refuted", "time_s": results[i]["time_s"], "axioms": [],
-                          "reason": "proved from the axioms (which know no shapes) but the sides differ "
-                                    f"numerically at {json.dumps(bad)}"}
+                          "reason": "proved from the axioms but the sides differ numerically at "
+                                    f"{json.dumps(bad)}"}
         bar.update(1)
     bar.close()
     elapsed = time.perf_counter() - t1
@@ -153,7 +157,8 @@ def _main(argv) -> int:
     header["verification"] = {
         "timeout_s": args.timeout, "jobs": args.jobs, "time_s": round(elapsed, 1),
         "status": dict(sorted(status.items())), "axioms_validated": len(reports), "axiom_obligations": n_obl,
-        "stride_generalized": n_general, "shape_fuzz": {"compared": n_fuzzed, "refuted": n_refuted},
+        "stride_generalized": n_general,
+        "shape_fuzz": {"compared": n_fuzzed, "refuted": n_refuted, **fuzz_stats},
         "prover": PROVER_DESCRIPTION,
         "status_before": prev.get("status_before", prev.get("status")) if prev.get("prover") == PROVER_DESCRIPTION
         else prev.get("status"),
@@ -172,8 +177,9 @@ def _main(argv) -> int:
         for c in changes[:20]:
             print(f"  {c['id']}: {c['before']} -> {c['after']}: {c['reason'][:160]}")
     print(f"stride: {n_general} proved rules are stated with a symbolic stride ({len(todo)} tried this run)")
-    print(f"shape fuzzing: {n_fuzzed} comparisons at independently drawn shapes; {n_refuted} proved rule(s) "
-          "refuted")
+    print(f"shape fuzzing: {n_fuzzed} comparisons ({fuzz_stats.get('sampled', 0)} at shapes the constraint "
+          f"solver sampled, {fuzz_stats.get('drawn', 0)} drawn independently; {fuzz_stats.get('rejected', 0)} sampled "
+          f"shapes the specs refused); {n_refuted} proved rule(s) refuted")
     if times:
         print(f"proof time: median {times[len(times) // 2] * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms; "
               f"total {elapsed:.1f} s with {args.jobs} jobs")
