@@ -271,7 +271,7 @@ def main(argv: Optional[list] = None) -> int:
                         if rec["cls"] in R.FAILURES:
                             sys.stderr.write(("\n" if tty else "") +
                                              f"campaign: seed {rec['seed']}: {rec['cls']}: {rec['detail'][:200]}\n")
-                        if tty or ran % max(1, a.progress_every) == 0:
+                        if tty or (ran % max(1, a.progress_every) == 0 and ran < len(todo)):
                             progress()
                 except KeyboardInterrupt:
                     pool.terminate()

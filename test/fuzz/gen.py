@@ -29,7 +29,7 @@ IR_VERSION = 8
 FLOAT = TensorProto.FLOAT
 #: bumped when a change of the generator changes which model a seed gives (recorded with the results;
 #: a seed names a model only together with this version)
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 #: the random stream the seeds index (fixed: the version above tells generators apart)
 _STREAM = 1
 
@@ -298,7 +298,7 @@ def batchnorm(b: Builder, x: str) -> str:
     sign = b.rng.choice([-1.0, 1.0], c) if b.chance(0.3) else np.ones(c)
     scale = b.weight((c,), values=sign * b.rng.uniform(0.5, 1.5, c), const=True, prefix="bn_s")
     bias = b.weight((c,), scale=0.3, prefix="bn_b")
-    mean = b.weight((c,), scale=0.3, const=True, prefix="bn_m")
+    mean = b.weight((c,), scale=0.3, prefix="bn_m")
     var = b.weight((c,), values=b.rng.uniform(0.5, 2.0, c) if b.chance(0.85) else b.rng.uniform(0.01, 0.1, c),
                    const=True, prefix="bn_v")
     eps = None if b.chance(0.6) else float(b.choice([1e-3, 1e-5, 0.1]))
@@ -428,6 +428,28 @@ def m_sibling_convs(b: Builder) -> bool:
             acc = b.op("Add", [acc, y], b.shape[y])
         if b.chance(0.5):
             activation(b, acc, "Relu")
+    return True
+
+
+def m_shared_conv_weight(b: Builder) -> bool:
+    """One convolution weight used by two convolutions (of different inputs, or with different strides or
+    activations), and a convolution of a batch concatenation."""
+    x = b.pick_rank(4)
+    if x is None:
+        return False
+    n, c, h, w = b.shape[x]
+    cout, k = int(b.choice([4, 8])), int(b.choice([1, 3]))
+    wt = b.weight((cout, c, k, k))
+    p = k // 2
+    y = b.pick(lambda t: len(t) == 4 and t[1] == c and t != b.shape[x]) if b.chance(0.5) else None
+    if y is None and b.chance(0.5):
+        y = b.op("Concat", [x, activation(b, x, "Relu")], (2 * n, c, h, w), axis=0)
+    for v, stride in ((x, 1), (y if y is not None else x, 2 if y is None and min(h, w) >= 2 else 1)):
+        t = b.shape[v]
+        ho, wo = (t[2] + 2 * p - k) // stride + 1, (t[3] + 2 * p - k) // stride + 1
+        o = b.op("Conv", [v, wt], (t[0], cout, ho, wo), pads=[p] * 4, strides=[stride, stride], kernel_shape=[k, k])
+        if b.chance(0.5):
+            activation(b, o, "Relu")
     return True
 
 
@@ -610,6 +632,18 @@ def m_layout(b: Builder) -> bool:
             y = activation(b, y)
         reshape(b, y, (s[0], s[1], b.shape[y][1]))
         return True
+    if b.chance(0.3):  # Unsqueeze / Squeeze / Flatten, which are reshapes between static shapes
+        axis = int(b.rng.integers(r + 1))
+        y = b.op("Unsqueeze", [x, b.i64([axis])], s[:axis] + (1,) + s[axis:])
+        if b.chance(0.5):
+            y = activation(b, y)
+        if b.chance(0.5):
+            b.op("Squeeze", [y] if 1 not in s and b.chance(0.3) else [y, b.i64([axis])], s)
+        else:
+            f = int(b.rng.integers(1, r + 1))
+            t = b.shape[y]
+            b.op("Flatten", [y], (int(np.prod(t[:f])), int(np.prod(t[f:]))), axis=f)
+        return True
     perm = list(range(r))
     perm[-1], perm[-2] = perm[-2], perm[-1]
     if r > 2 and b.chance(0.3):
@@ -679,7 +713,11 @@ def m_attention(b: Builder) -> bool:
     heads = int(b.choice([h for h in (1, 2, 4) if d % h == 0]))
     dh = d // heads
     packed = b.chance(0.25)
-    if packed:
+    if packed and b.chance(0.5):  # torch's unbind: [B, S, 3, D] and a Gather at each index of axis 2
+        qkv = linear(b, x, 3 * d, b.choice(["matmul", "matmul_add"]))
+        qkv = reshape(b, qkv, (bs, sq, 3, d))
+        q, k, v = (b.op("Gather", [qkv, b.i64(i, scalar=True)], (bs, sq, d), pool=False, axis=2) for i in range(3))
+    elif packed:
         qkv = linear(b, x, 3 * d, b.choice(["matmul", "matmul_add"]))
         q, k, v = split(b, qkv, 2, 3, equal=True)
     else:
@@ -1246,7 +1284,7 @@ MOTIFS = {f.__name__[2:]: f for f in [
     m_to_sequence, m_layout, m_projections, m_nested_projections, m_attention, m_ffn, m_norm, m_unknown,
     m_shape_arith, m_token_mixing, m_two_activations, m_lstm, m_nasrnn, m_mlp, m_to_3d, m_embedding, m_identity,
     m_const_branch, m_same_operand, m_noop, m_cast, m_matmul_variants, m_scalar, m_long_chain, m_split_unused,
-    m_equal_weights, m_transposed_matmul]}
+    m_equal_weights, m_transposed_matmul, m_shared_conv_weight]}
 
 #: motifs of every family, for corner cases
 _EDGES = dict(identity=0.4, const_branch=0.4, same_operand=0.5, noop=0.4, cast=0.2, scalar=0.2, split_unused=0.4,
@@ -1255,7 +1293,7 @@ _EDGES = dict(identity=0.4, const_branch=0.4, same_operand=0.5, noop=0.4, cast=0
 #: family -> (input shapes maker, motif weights)
 FAMILIES = {
     "cnn": dict(conv_block=8, sibling_convs=3, residual=2, pool=3, split_concat=2, elementwise=2, unary=1,
-                flatten=2, layout=1, unknown=0.5, norm=0.3, to_sequence=0.5, **_EDGES),
+                flatten=2, layout=1, unknown=0.5, norm=0.3, to_sequence=0.5, shared_conv_weight=0.7, **_EDGES),
     "seq": dict(projections=4, nested_projections=4, attention=3, ffn=2, norm=2, layout=2, shape_arith=1.5,
                 split_concat=1, elementwise=2, unary=1, unknown=1, token_mixing=1, two_activations=1, mlp=0.5,
                 embedding=0.7, long_chain=0.4, **_EDGES),
@@ -1308,6 +1346,8 @@ def generate(seed: int, check: bool = True) -> Generated:
         names = list(weights)
         p = np.array([weights[k] for k in names])
         want = int(rng.choice([1, 2, 3, 4, 5, 6], p=[0.12, 0.2, 0.22, 0.2, 0.14, 0.12]))
+        if rng.random() < 0.04:  # a deep model: more ops than one search window (120) in places
+            want = int(rng.integers(10, 25))
         tries = 0
         while len(applied) < want and tries < 4 * want + 4:
             tries += 1
