@@ -40,7 +40,7 @@ def _init(opts: dict) -> None:
     import multiprocessing.util
 
     _OPTS = opts
-    _RUNNER = R.Runner(timeout=opts["timeout"], fresh_every=opts["fresh_every"])
+    _RUNNER = R.Runner(timeout=opts["timeout"], fresh_every=opts["fresh_every"], motifs=opts["motifs"])
     multiprocessing.util.Finalize(_RUNNER, _RUNNER.close, exitpriority=10)
 
 
@@ -116,6 +116,8 @@ def _task(seed: int) -> dict:
         return R.Result(seed, "fuzzer-error", f"{type(e).__name__}: {str(e)[:300]} ({tb[-3].strip()})").to_json()
     rec = res.to_json()
     rec["generator"] = G.GENERATOR_VERSION
+    if _OPTS["motifs"]:
+        rec["only_motifs"] = _OPTS["motifs"]
     known = _OPTS["known"].get(seed)
     if known and known[0] == res.cls:
         rec["known"] = known[1]
@@ -226,6 +228,8 @@ def main(argv: Optional[list] = None) -> int:
     ap.add_argument("--progress-every", type=int, default=100, help="a progress line every n models (not a TTY)")
     ap.add_argument("--restart", action="store_true", help="forget the results already in OUT")
     ap.add_argument("--model", help="run this ONNX model instead of seeds (shrunk into OUT/failures/ if it fails)")
+    ap.add_argument("--motifs", help="only these motifs (comma-separated; a targeted campaign: seeds name other "
+                                     "models than without)")
     a = ap.parse_args(argv)
     if a.model:
         return run_one(a)
@@ -239,8 +243,11 @@ def main(argv: Optional[list] = None) -> int:
     todo = [s for s in seeds if s not in done]
     if len(todo) < len(seeds):
         sys.stderr.write(f"campaign: {len(seeds) - len(todo)} of {len(seeds)} seeds already in {results_path}\n")
-    opts = dict(out=a.out, timeout=a.timeout, shrink_budget=a.shrink_budget,
-                determinism_every=a.determinism_every, fresh_every=a.fresh_every, known=open_bug_seeds())
+    motifs = [m for m in (a.motifs or "").split(",") if m]
+    for m in motifs:
+        G._motif_id(m)  # (an unknown name is an error before anything runs)
+    opts = dict(out=a.out, timeout=a.timeout, shrink_budget=a.shrink_budget, determinism_every=a.determinism_every,
+                fresh_every=a.fresh_every, known={} if motifs else open_bug_seeds(), motifs=motifs or None)
     tty = sys.stderr.isatty()
     counts = collections.Counter()
     t0 = time.monotonic()
@@ -282,7 +289,8 @@ def main(argv: Optional[list] = None) -> int:
     allrec = [r for s, r in sorted({**done, **{r["seed"]: r for r in new}}.items()) if s in seeds]
     text = summarize(allrec, elapsed, ran)
     with open(os.path.join(a.out, "summary.txt"), "w") as f:
-        f.write(f"seeds {a.seeds}, generator version {G.GENERATOR_VERSION}\n{text}\n")
+        f.write(f"seeds {a.seeds}, generator version {G.GENERATOR_VERSION}"
+                + (f", motifs {','.join(motifs)} only" if motifs else "") + f"\n{text}\n")
     print(text)
     return 1 if any(r["cls"] in R.FAILURES for r in allrec) else 0
 

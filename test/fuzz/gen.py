@@ -29,7 +29,7 @@ IR_VERSION = 8
 FLOAT = TensorProto.FLOAT
 #: bumped when a change of the generator changes which model a seed gives (recorded with the results;
 #: a seed names a model only together with this version)
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 #: the random stream the seeds index (fixed: the version above tells generators apart)
 _STREAM = 1
 
@@ -64,6 +64,7 @@ class Builder:
         self.pool: list = []  # float activations, in creation order
         self.uses: Counter = Counter()
         self.bounds: dict = {}  # int64 graph input -> bound of its values
+        self.products = 0  # products of two activations so far (m_soup squashes its own after the first)
         self.weight_input_p = weight_input_p
         self.shadow_p = shadow_p
         self.name_nodes = rng.random() < 0.8
@@ -917,8 +918,16 @@ def m_two_activations(b: Builder) -> bool:
     if y is None:
         y = linear(b, x, s[-1], "matmul")
     perm = (1, 0) if len(s) == 2 else (0, 2, 1)
-    b.op("MatMul", [x, transpose(b, y, perm)], s[:-1] + (s[-2],))
+    _product(b, b.op("MatMul", [x, transpose(b, y, perm)], s[:-1] + (s[-2],)))
     return True
+
+
+def _product(b: Builder, y: str) -> None:
+    """Count a product of activations; after two, squash it (Tanh) so that chains of them stay finite."""
+    b.products += 1
+    if b.products > 2:
+        b.pool.remove(y)
+        b.op("Tanh", [y], b.shape[y])
 
 
 def m_lstm(b: Builder) -> bool:
@@ -1091,14 +1100,16 @@ def m_same_operand(b: Builder) -> bool:
     s = b.shape[x]
     kind = b.choice(["add", "mul", "concat", "mmt", "twice"])
     if kind in ("add", "mul"):
-        b.op("Add" if kind == "add" else "Mul", [x, x], s)
+        y = b.op("Add" if kind == "add" else "Mul", [x, x], s)
+        if kind == "mul":
+            _product(b, y)
     elif kind == "concat":
         axis = int(b.rng.integers(len(s)))
         concat(b, [x, x], axis)
     elif kind == "mmt":
         perm = list(range(len(s)))
         perm[-1], perm[-2] = perm[-2], perm[-1]
-        b.op("MatMul", [x, transpose(b, x, perm)], s[:-1] + (s[-2],))
+        _product(b, b.op("MatMul", [x, transpose(b, x, perm)], s[:-1] + (s[-2],)))
     else:  # the same op twice on the same value (merged by CSE)
         y1 = activation(b, x, "Relu")
         y2 = activation(b, x, "Relu")
@@ -1279,12 +1290,113 @@ def m_transposed_matmul(b: Builder) -> bool:
     return True
 
 
+def m_soup(b: Builder) -> bool:
+    """A random small DAG of TASO's operators over square values ``[n, n]`` (or ``[B, n, n]``), so that any
+    op can read any earlier value: matmuls of activations and weights, transposes, sums and products,
+    activations, and concats split back into squares (pieces of different splits combined)."""
+    x = b.pick(lambda s: len(s) in (2, 3) and s[-1] == s[-2] and s[-1] <= 16)
+    if x is None:
+        if b.chance(0.5):
+            n = int(b.choice([1, 2, 3, 4, 8]))
+            x = b.input((n, n) if b.chance(0.6) else (int(b.choice([1, 2])), n, n))
+        else:
+            return False
+    s = b.shape[x]
+    r, n = len(s), s[-1]
+    vals = [x]
+    last = [r - 2, r - 1]
+    perm = list(range(r))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    for _ in range(int(b.rng.integers(4, 14))):
+        a = vals[int(b.rng.integers(len(vals)))] if b.chance(0.5) else vals[-1]
+        c = vals[int(b.rng.integers(len(vals)))]
+        k = b.choice(["MatMul", "MatMulW", "WMatMul", "Transpose", "Add", "Mul", "Relu", "Sigmoid", "Tanh", "Concat",
+                      "AddW", "MulS"], [4, 3, 1, 2, 3, 2, 2, 1, 1, 2, 1, 1])
+        if k in ("MatMul", "Mul"):  # (products of activations: squashed after the second, so values stay finite)
+            y = b.op(k, [a, c], s, pool=False)
+            b.products += 1
+            if b.products > 1:
+                y = b.op("Tanh", [y], s, pool=False)
+        elif k == "MatMulW":
+            y = b.op("MatMul", [a, b.weight((n, n))], s, pool=False)
+        elif k == "WMatMul":
+            y = b.op("MatMul", [b.weight((n, n)), a], s, pool=False)
+        elif k == "Transpose":
+            y = b.op("Transpose", [a], s, pool=False, perm=perm)
+        elif k == "Add":
+            y = b.op(k, [a, c], s, pool=False)
+        elif k == "AddW":
+            y = b.op("Add", [a, b.weight((n,) if b.chance(0.5) else (n, n), scale=0.5)], s, pool=False)
+        elif k == "MulS":
+            y = b.op("Mul", [a, b.scalar(float(b.choice([0.5, 2.0, -1.0])))], s, pool=False)
+        elif k == "Concat":
+            axis = int(b.choice(last))
+            cs = list(s)
+            cs[axis] *= 2
+            cat = b.op("Concat", [a, c], tuple(cs), pool=False, axis=axis)
+            if b.chance(0.7):  # back into squares, maybe on the other axis
+                ax2 = axis if b.chance(0.6) or cs[sum(last) - axis] < 2 else sum(last) - axis
+                ps = list(cs)
+                ps[ax2] //= 2
+                if ps[-1] == ps[-2]:
+                    pieces = b.node("Split", [cat], [tuple(ps)] * 2, pool=False, axis=ax2)
+                    vals += pieces
+                    continue
+            y = b.op("MatMul", [cat, b.weight((cs[-1], n))], s, pool=False) if axis == r - 1 else \
+                b.op("MatMul", [b.weight((n, cs[-2])), cat], s, pool=False)
+        else:
+            y = b.op(k, [a], s, pool=False)
+        vals.append(y)
+    read = set()
+    for nd in b.nodes:
+        read.update(nd.input)
+    b.pool += [v for v in vals[1:] if v not in read]
+    return True
+
+
+def m_conv_soup(b: Builder) -> bool:
+    """A random small DAG of convolutions, pools, sums, relus, channel concats and splits on one
+    ``[N, C, H, W]`` shape (TASO's CNN operators, any op on any earlier value)."""
+    x = b.pick(lambda s: len(s) == 4 and s[1] <= 16 and s[2] * s[3] <= 256)
+    if x is None:
+        return False
+    s = b.shape[x]
+    n, c, h, w = s
+    vals = [x]
+    for _ in range(int(b.rng.integers(3, 10))):
+        a = vals[int(b.rng.integers(len(vals)))] if b.chance(0.5) else vals[-1]
+        o = vals[int(b.rng.integers(len(vals)))]
+        k = b.choice(["conv", "add", "mul", "relu", "pool", "concat"], [5, 3, 1, 2, 2, 2])
+        if k == "conv":
+            kk = int(b.choice([1, 3]))
+            y = b.op("Conv", [a, b.weight((c, c, kk, kk))] + ([b.weight((c,), scale=0.5)] if b.chance(0.4) else []),
+                     s, pool=False, pads=[kk // 2] * 4, kernel_shape=[kk, kk])
+        elif k in ("add", "mul"):
+            y = b.op("Add" if k == "add" else "Mul", [a, o], s, pool=False)
+        elif k == "relu":
+            y = b.op("Relu", [a], s, pool=False)
+        elif k == "pool":
+            y = b.op(b.choice(["MaxPool", "AveragePool"]), [a], s, pool=False, kernel_shape=[3, 3], pads=[1] * 4)
+        else:
+            cat = b.op("Concat", [a, o], (n, 2 * c, h, w), pool=False, axis=1)
+            if b.chance(0.3):
+                cat = b.op("Relu", [cat], (n, 2 * c, h, w), pool=False)
+            vals += b.node("Split", [cat], [s, s], pool=False, axis=1)
+            continue
+        vals.append(y)
+    read = set()
+    for nd in b.nodes:
+        read.update(nd.input)
+    b.pool += [v for v in vals[1:] if v not in read]
+    return True
+
+
 MOTIFS = {f.__name__[2:]: f for f in [
     m_conv_block, m_sibling_convs, m_residual, m_pool, m_split_concat, m_elementwise, m_unary, m_flatten,
     m_to_sequence, m_layout, m_projections, m_nested_projections, m_attention, m_ffn, m_norm, m_unknown,
     m_shape_arith, m_token_mixing, m_two_activations, m_lstm, m_nasrnn, m_mlp, m_to_3d, m_embedding, m_identity,
     m_const_branch, m_same_operand, m_noop, m_cast, m_matmul_variants, m_scalar, m_long_chain, m_split_unused,
-    m_equal_weights, m_transposed_matmul, m_shared_conv_weight]}
+    m_equal_weights, m_transposed_matmul, m_shared_conv_weight, m_soup, m_conv_soup]}
 
 #: motifs of every family, for corner cases
 _EDGES = dict(identity=0.4, const_branch=0.4, same_operand=0.5, noop=0.4, cast=0.2, scalar=0.2, split_unused=0.4,
@@ -1293,14 +1405,15 @@ _EDGES = dict(identity=0.4, const_branch=0.4, same_operand=0.5, noop=0.4, cast=0
 #: family -> (input shapes maker, motif weights)
 FAMILIES = {
     "cnn": dict(conv_block=8, sibling_convs=3, residual=2, pool=3, split_concat=2, elementwise=2, unary=1,
-                flatten=2, layout=1, unknown=0.5, norm=0.3, to_sequence=0.5, shared_conv_weight=0.7, **_EDGES),
+                flatten=2, layout=1, unknown=0.5, norm=0.3, to_sequence=0.5, shared_conv_weight=0.7, conv_soup=2,
+                **_EDGES),
     "seq": dict(projections=4, nested_projections=4, attention=3, ffn=2, norm=2, layout=2, shape_arith=1.5,
                 split_concat=1, elementwise=2, unary=1, unknown=1, token_mixing=1, two_activations=1, mlp=0.5,
-                embedding=0.7, long_chain=0.4, **_EDGES),
+                embedding=0.7, long_chain=0.4, soup=1.5, **_EDGES),
     "mlp": dict(mlp=3, projections=3, nested_projections=1.5, split_concat=2, elementwise=2, unary=1, layout=1,
                 lstm=1.5, nasrnn=0.7, unknown=1, norm=0.5, to_3d=1, two_activations=0.5, ffn=1, long_chain=0.5,
-                **_EDGES),
-    "rnn": dict(lstm=4, nasrnn=2, mlp=1, elementwise=1, split_concat=0.5, long_chain=0.5),
+                soup=2.5, **_EDGES),
+    "rnn": dict(lstm=4, nasrnn=2, mlp=1, elementwise=1, split_concat=0.5, long_chain=0.5, soup=1),
     "mixed": {k: 1.0 for k in MOTIFS},
 }
 FAMILY_WEIGHTS = dict(cnn=3, seq=3.5, mlp=2, rnn=1, mixed=1.5)
@@ -1331,18 +1444,20 @@ def _inputs_for(b: Builder, family: str) -> None:
         b.input((n, d))
 
 
-def generate(seed: int, check: bool = True) -> Generated:
-    """The model of ``seed`` (checked unless ``check`` is false). Raises ``GeneratorFault``."""
-    rng = np.random.default_rng([_STREAM, seed])
+def generate(seed: int, check: bool = True, motifs: Optional[list] = None) -> Generated:
+    """The model of ``seed`` (checked unless ``check`` is false). Raises ``GeneratorFault``. ``motifs``
+    restricts the motifs (a targeted campaign; the seed then names another model)."""
+    rng = np.random.default_rng([_STREAM, seed] if not motifs else [_STREAM, seed, *map(_motif_id, motifs)])
     wi = float(rng.choice([0.0, 0.25], p=[0.85, 0.15]))
     b = Builder(rng, weight_input_p=wi, shadow_p=0.1 if rng.random() < 0.1 else 0.0)
-    families = list(FAMILY_WEIGHTS)
+    families = [f for f in FAMILY_WEIGHTS if not motifs or f != "mixed" and set(motifs) & set(FAMILIES[f])] \
+        or ["mixed"]
     fw = np.array([FAMILY_WEIGHTS[f] for f in families])
     family = families[int(rng.choice(len(families), p=fw / fw.sum()))]
     applied: list = []
     try:
         _inputs_for(b, family)
-        weights = FAMILIES[family]
+        weights = FAMILIES[family] if not motifs else {m: 1.0 for m in motifs}
         names = list(weights)
         p = np.array([weights[k] for k in names])
         want = int(rng.choice([1, 2, 3, 4, 5, 6], p=[0.12, 0.2, 0.22, 0.2, 0.14, 0.12]))
@@ -1365,6 +1480,12 @@ def generate(seed: int, check: bool = True) -> Generated:
     if check:
         validate(model)
     return Generated(seed, model, family, applied)
+
+
+def _motif_id(name: str) -> int:
+    if name not in MOTIFS:
+        raise ValueError(f"unknown motif '{name}' (motifs: {', '.join(sorted(MOTIFS))})")
+    return sorted(MOTIFS).index(name)
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -257,7 +257,8 @@ class Runner:
     ``fresh_every``: every n-th model's second run is a new ``taso-opt`` process instead of the worker."""
 
     def __init__(self, workdir: Optional[str] = None, timeout: float = 60.0, determinism: bool = True,
-                 fresh_every: int = 0, optimizer: Optional[Optimizer] = None, trials: int = 2):
+                 fresh_every: int = 0, optimizer: Optional[Optimizer] = None, trials: int = 2,
+                 motifs: Optional[list] = None):
         self._tmp = None
         if workdir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="taso-fuzz-")
@@ -268,6 +269,7 @@ class Runner:
         self.determinism = determinism
         self.fresh_every = fresh_every
         self.trials = trials
+        self.motifs = motifs
         self.worker = Worker() if optimizer is None else None
         self.optimizer = optimizer or self._worker_opt
         self.count = 0
@@ -292,7 +294,7 @@ class Runner:
         """(Result, the model or None) of ``seed``."""
         t0 = time.monotonic()
         try:
-            g = gen.generate(seed)
+            g = gen.generate(seed, motifs=self.motifs)
         except gen.GeneratorFault as e:
             return Result(seed, "generator-fault", str(e), t_gen=time.monotonic() - t0), e.model
         res = self.run_model(g.model, seed)
