@@ -218,6 +218,13 @@ def _site_cost(rewrites, g, st, builder, limit, stats) -> Optional[float]:
         costs = st[4] = T.target_info(rw, g, ops, b, builder)
     costs = T.info_costs(rw, g, ops, b, costs, builder)
     if costs is None:  # the rewrite changes other ops' costs: build it to know its cost
+        # (``rewrite`` needs the site's global check, which the other sites get only when they are
+        # popped or become the best: a result of a matched op used outside the match is no output of
+        # the rewrite, and rewiring that user would read a removed node)
+        why = T.check_global(rw, g, ops, b)
+        if why is not None:
+            stats.rejected[why.split(":")[0]] += 1
+            return None
         return T.rewrite(rw, g, ops, b, builder).cost
     return T.rewrite_cost(g, ops, costs)
 
