@@ -113,6 +113,10 @@ def _shapes(model) -> dict:
 def compare(src: onnx.ModelProto, out: onnx.ModelProto, seed: int = 0, trials: int = 2,
             reference: bool = True) -> Comparison:
     """Judge ``out`` (the optimized model) against ``src`` on ``trials`` random input sets."""
+    try:
+        onnx.checker.check_model(out, full_check=True)
+    except Exception as e:
+        return Comparison(False, f"the optimized model is not valid ONNX: {str(e).strip().splitlines()[0][:300]}")
     names = [vi.name for vi in src.graph.output]
     onames = [vi.name for vi in out.graph.output]
     if names != onames:
