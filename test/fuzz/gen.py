@@ -29,7 +29,7 @@ IR_VERSION = 8
 FLOAT = TensorProto.FLOAT
 #: bumped when a change of the generator changes which model a seed gives (recorded with the results;
 #: a seed names a model only together with this version)
-GENERATOR_VERSION = 4
+GENERATOR_VERSION = 5
 #: the random stream the seeds index (fixed: the version above tells generators apart)
 _STREAM = 1
 
@@ -72,6 +72,7 @@ class Builder:
         #: or with characters that need quoting somewhere (spaces, quotes, backslashes, ``:``, non-ASCII)
         self.style = str(rng.choice(["plain", "export", "odd"], p=[0.6, 0.25, 0.15]))
         self.forced_outputs: list = []  # values that must be graph outputs (inputs among them)
+        self.int_outputs: list = []  # (name, shape) of int64 graph outputs
         self._n = 0
 
     # -- names and leaves ------------------------------------------------------------------------
@@ -204,6 +205,7 @@ class Builder:
             outs.append(inner[int(self.rng.integers(len(inner)))])
         outs += [v for v in self.forced_outputs if v not in outs]
         outputs = [helper.make_tensor_value_info(v, FLOAT, list(self.shape[v])) for v in outs]
+        outputs += [helper.make_tensor_value_info(v, TensorProto.INT64, list(sh)) for v, sh in self.int_outputs]
         g = helper.make_graph(self.nodes, "fuzz", self.inputs + self.shadowed, outputs, self.inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION,
                               producer_name="taso-fuzz")
@@ -284,7 +286,7 @@ def conv(b: Builder, x: str, cout: int, k: int, stride: int = 1, pad: str = "sam
     if ho < 1 or wo < 1:
         return conv(b, x, cout, 1, stride, "valid", group, bias)
     wt = b.weight((cout, c // group, k, k))
-    ins = [x, wt] + ([b.weight((cout,), scale=0.5)] if bias else [])
+    ins = [x, wt] + ([b.weight((cout,), scale=0.5)] if bias else [""] if b.chance(0.05) else [])
     attrs = dict(
         kernel_shape=[k, k] if b.chance(0.7) else None,
         pads=pads if any(pads) or b.chance(0.3) else None,
@@ -808,10 +810,45 @@ def m_unknown(b: Builder) -> bool:
         return False
     s = b.shape[x]
     kinds = ["Erf", "Softplus", "HardSigmoid", "Neg", "Abs", "ReduceMean", "Softmax", "LeakyRelu", "Slice", "Pad",
-             "Expand", "Tile", "Dropout", "Where"]
+             "Expand", "Tile", "Dropout", "Where", "ShapeOutput"]
     if len(s) == 4:
-        kinds += ["InstanceNormalization", "LRN"]
+        kinds += ["InstanceNormalization", "LRN", "Resize"]
+    if len(s) == 3 and s[-1] <= 32:
+        kinds += ["LSTM", "LayerNormStats"]
     kind = b.choice(kinds)
+    if kind == "ShapeOutput":  # an integer graph output (a constant once shapes are static)
+        name = b.node("Shape" if b.chance(0.7) else "Size", [x], 1, pool=False)[0]
+        b.int_outputs.append((name, (len(s),) if b.nodes[-1].op_type == "Shape" else ()))
+        return True
+    if kind == "Resize":  # nearest upsampling by 2, roi and sizes left out ("")
+        n, c, h, w = s
+        scales = b.weight((4,), values=np.array([1, 1, 2, 2]), const=True, prefix="scales")
+        y = b.op("Resize", [x, "", scales], (n, c, 2 * h, 2 * w), mode="nearest")
+        activation(b, y, "Relu")
+        return True
+    if kind == "LSTM":  # ONNX's LSTM op on [seq, batch, input], optional inputs and outputs left out
+        sq, bt, d = s
+        hd = int(b.choice([4, 8]))
+        ins = [x, b.weight((1, 4 * hd, d)), b.weight((1, 4 * hd, hd))]
+        if b.chance(0.5):
+            ins += [b.weight((1, 8 * hd), scale=0.3)]
+            if b.chance(0.5):
+                ins += ["", b.weight((1, bt, hd), scale=0.5)]  # no sequence_lens, an initial h
+        outs = b.node("LSTM", ins, [(sq, 1, bt, hd), (1, bt, hd)], pool=False, hidden_size=hd)
+        if b.chance(0.5):  # only Y_h is read: Y is left out
+            b.nodes[-1].output[0] = ""
+            b.pool.append(outs[1])
+        else:
+            y = b.op("Squeeze", [outs[0], b.i64([1])], (sq, bt, hd))
+            if b.chance(0.5):
+                linear(b, y, hd, "matmul")
+        return True
+    if kind == "LayerNormStats":  # LayerNormalization with its optional Mean output read
+        y, mean = b.node("LayerNormalization", [x, b.weight((s[-1],), values=b.rng.uniform(0.5, 1.5, s[-1]))],
+                         [s, s[:-1] + (1,)], pool=False, axis=-1)
+        b.pool.append(y)
+        b.op("Add", [y, mean], s)
+        return True
     if kind in ("Slice", "Pad", "Expand", "Tile", "Dropout", "Where"):
         axis = int(b.rng.integers(len(s)))
         if kind == "Slice" and s[axis] >= 2:
@@ -823,7 +860,9 @@ def m_unknown(b: Builder) -> bool:
             pads = [0] * (2 * len(s))
             pads[axis], pads[len(s) + axis] = 1, int(b.rng.integers(0, 2))
             out = tuple(d + pads[i] + pads[len(s) + i] for i, d in enumerate(s))
-            y = b.op("Pad", [x, b.i64(pads)], out, mode=None if b.chance(0.7) else "reflect" if min(s) >= 2 else None)
+            mode = None if b.chance(0.7) else "reflect" if min(s) >= 2 else None
+            cval = [] if b.chance(0.5) or mode else [b.scalar(0.5)] if b.chance(0.5) else [""]
+            y = b.op("Pad", [x, b.i64(pads)] + cval, out, mode=mode)
         elif kind == "Expand":
             out = (2,) + s
             y = b.op("Expand", [x, b.i64(list(out))], out)
@@ -831,8 +870,12 @@ def m_unknown(b: Builder) -> bool:
             reps = [1] * len(s)
             reps[axis] = 2
             y = b.op("Tile", [x, b.i64(reps)], tuple(d * r for d, r in zip(s, reps)))
-        elif kind == "Dropout":  # inference: the identity
-            y = b.op("Dropout", [x], s)
+        elif kind == "Dropout":  # inference: the identity, sometimes with its mask output (unread)
+            if b.chance(0.5):
+                y = b.node("Dropout", [x], [s, s], pool=False)[0]
+                b.pool.append(y)
+            else:
+                y = b.op("Dropout", [x], s)
         elif kind == "Where":  # a fixed boolean mask, as attention masks are built
             mask = numpy_helper.from_array(b.rng.random(s[-2:] if len(s) >= 2 else s) < 0.7, b.fresh("mask"))
             b.inits.append(mask)
