@@ -156,29 +156,39 @@ def _cost_model_name(v: str) -> bool:
     return v in ("analytic", "cpu") or v.split(":")[0] in ("analytic", "cpu", "cuda")
 
 
+def search_options() -> tuple:
+    """The options of ``taso-search`` (the pipeline) and, less the report and the latency check, of the
+    search proper run alone (``taso-backtracking-search``)."""
+    return (
+        PassOption("alpha", float, 1.05, "queue graphs costing less than alpha x the best (1: greedy)",
+            (lambda v: 1.0 <= v <= 10.0, "between 1 and 10")),
+        PassOption("budget", int, 100, "graphs popped from the queue per window",
+            (lambda v: 0 <= v <= 10**7, "between 0 and 10000000")),
+        PassOption("timeout", float, 30.0, "seconds for the whole search (the best graph so far is kept)",
+            (lambda v: v > 0, "positive")),
+        PassOption("window", int, 120, "ops per search window (big graphs are searched window by window)",
+            (lambda v: v >= 4, "at least 4")),
+        PassOption("cost-model", str, "analytic",
+            "analytic[:cpu|v100|t4|a100|h100] (roofline; analytic = analytic:t4), cpu (measured in "
+            "onnxruntime), cuda (its own issue)", (_cost_model_name, "analytic[:<device>], cpu or cuda")),
+        PassOption("rules", str, "", "rules file(s), comma-separated, used instead of the shipped libraries "
+            "(default: rules.jsonl, rules-n4.jsonl, rules-conv-bias.jsonl and rules-matmul-bias.jsonl)"),
+        PassOption("latency-check", bool, True,
+            "cost-model=cpu: time the result against the input in onnxruntime; where it is slower beyond "
+            "the noise, search again without the rewrites that introduce a split, else keep the input"),
+        PassOption("report", str, "", "write a report: '-' for stderr, a file (.json for JSON)"),
+        PassOption("progress", bool, False, "show progress on stderr"),
+    )
+
+
 register(PassInfo(
     "taso-search",
-    "taso-fold-batchnorm and taso-fuse-relu6, then TASO's cost-based backtracking search with the verified rules (applied as PDL "
-    "patterns at the chosen sites), then folding of weight-only ops and dead-code elimination",
+    "The taso-search pipeline (taso-opt --dump-pass-pipeline prints it): the prepare passes (batchnorm and "
+    "constant folding, raising, scale folding, merging repeats, ReLU6 and bias fusion, DCE), then, kept only "
+    "where it costs no more, the flattening, TASO's cost-based backtracking search with the verified rules "
+    "(applied as PDL patterns at the chosen sites) and the cleanup passes",
     _run_search,
-    (PassOption("alpha", float, 1.05, "queue graphs costing less than alpha x the best (1: greedy)",
-                (lambda v: 1.0 <= v <= 10.0, "between 1 and 10")),
-     PassOption("budget", int, 100, "graphs popped from the queue per window",
-                (lambda v: 0 <= v <= 10**7, "between 0 and 10000000")),
-     PassOption("timeout", float, 30.0, "seconds for the whole search (the best graph so far is kept)",
-                (lambda v: v > 0, "positive")),
-     PassOption("window", int, 120, "ops per search window (big graphs are searched window by window)",
-                (lambda v: v >= 4, "at least 4")),
-     PassOption("cost-model", str, "analytic",
-                "analytic[:cpu|v100|t4|a100|h100] (roofline; analytic = analytic:t4), cpu (measured in "
-                "onnxruntime), cuda (its own issue)", (_cost_model_name, "analytic[:<device>], cpu or cuda")),
-     PassOption("rules", str, "", "rules file(s), comma-separated, used instead of the shipped libraries "
-                                   "(default: rules.jsonl, rules-n4.jsonl, rules-conv-bias.jsonl and rules-matmul-bias.jsonl)"),
-     PassOption("latency-check", bool, True,
-                "cost-model=cpu: time the result against the input in onnxruntime; where it is slower beyond "
-                "the noise, search again without the rewrites that introduce a split, else keep the input"),
-     PassOption("report", str, "", "write a report: '-' for stderr, a file (.json for JSON)"),
-     PassOption("progress", bool, False, "show progress on stderr")),
+    search_options(),
 ))
 
 
@@ -325,3 +335,14 @@ def run_pass_manager(pm: passmanager.PassManager, module_op: ir.Operation) -> No
         if diags:
             raise TasoError(f"{diags[0].location}: {diags[0].message}") from None
         raise TasoError(f"pass pipeline failed: {one_line(e)}") from None
+
+
+def _register_function_passes() -> None:
+    from .taso_search import FUNCTION_PASSES
+
+    for fp in FUNCTION_PASSES:
+        if fp.argument not in REGISTRY:
+            register(fp.pass_info())
+
+
+_register_function_passes()

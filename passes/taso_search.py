@@ -37,6 +37,8 @@ from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import create_taso_op, dense_array, function_bodies, function_dce, new_weight, taso_attrs
 
 from . import pdl as P
+from . import pipeline as PL
+from .pipeline import FuncState, FunctionPass
 from . import rulebook as RB
 from . import search as S
 from . import tgraph as T
@@ -110,25 +112,18 @@ def _run(module_op: ir.Operation, opts: dict) -> dict:
     return report
 
 
-def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
-    name = ir.StringAttr(f.attributes["sym_name"]).value
-    # the cost before is the input's, so the reduction reported includes the batchnorm folding
-    g_in, mops = T.from_function(f, builder)
-    # the costs reported are those of the function as written, where every split costs its own: the
-    # search charges nothing for a split of a split's piece on the same axis where nothing else uses
-    # the piece, which fuse_split_trees makes part of its parent only where the pieces are at most 16
-    written = T.Builder(builder.cost_model, split_trees=False)
-    cost_in = T.from_function(f, written)[0].cost
-    tick = time.monotonic()
-    bn_folded = fold_function(f)
-    fold_s = time.monotonic() - tick
-    cost_bn = T.from_function(f, written)[0].cost if bn_folded else cost_in
-    g0 = g_in
-    if bn_folded:
-        g0, mops = T.from_function(f, builder)
-    g_bn = g0
-    # constants the generic ops compute (from static shapes, from weights) and the weight-only ops folded
-    # now, so that identities they reveal (x + a folded zero) go before the search
+# ---------------------------------------------------------------------------------------------
+# the passes of the pipeline (each also registered on its own: passes/pipeline.py)
+
+
+def _fold_batchnorm(st: FuncState) -> None:
+    st.count("batchnorms_folded", fold_function(st.f))
+
+
+def _fold_constants(st: FuncState) -> None:
+    # constants the generic ops compute (from static shapes, from weights) and the weight-only ops, so
+    # that identities they reveal (x + a folded zero) go before the search
+    f = st.f
     generic_folded = pre_folded = 0
     while True:  # (a generic op can use a taso op's folded result, and the other way round)
         g_n = fold_generic(f, FOLDED_PREFIX, weight_names(f))
@@ -137,35 +132,67 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         if not (g_n or t_n):
             break
         function_dce(f)  # (the taso ops folded are dead, and would be folded again)
-    identities = identities_pre = drop_identities(f) if pre_folded or generic_folded else 0
+    st.count("generic_folded", generic_folded)
+    st.count("weights_folded", pre_folded)
     if pre_folded or generic_folded:
+        st.count("identities_dropped", drop_identities(f))
         function_dce(f)
-    views = views_to_reshapes(f)
-    gathers = gathers_to_split(f)
-    divs = div_to_smul(f)
-    scales = fold_scalar_scales(f)
+
+
+def _raise_views(st: FuncState) -> None:
+    st.count("views_raised", views_to_reshapes(st.f))
+
+
+def _raise_gathers(st: FuncState) -> None:
+    st.count("gathers_raised", gathers_to_split(st.f))
+
+
+def _raise_divs(st: FuncState) -> None:
+    st.count("divs_raised", div_to_smul(st.f))
+
+
+def _fold_scales(st: FuncState) -> None:
+    scales = fold_scalar_scales(st.f)
+    st.count("scales_folded", scales)
     if scales:
-        function_dce(f)
-    # (equal folded constants first: the repeats of an op on them then have the same operands)
-    pre_merged = merge_duplicate_weights(f) if generic_folded or pre_folded else 0
+        function_dce(st.f)
+
+
+def _merge_repeats(st: FuncState) -> None:
+    # equal folded constants first (where this run folded any): the repeats of an op on them then have
+    # the same operands
+    f = st.f
+    merged = merge_duplicate_weights(f) if st.stats["generic_folded"] or st.stats["weights_folded"] else 0
     repeats = eliminate_common_subexpressions(f)
-    if pre_merged or repeats:
+    st.count("weights_merged", merged)
+    st.count("repeats_merged", repeats)
+    if merged or repeats:
         function_dce(f)
-    # (after the batchnorm folding, conv -> batchnorm -> Clip; after the constant folding, bounds that a
-    # Cast computes; after the repeats merged, two equal convs of which one is clipped)
-    relu6_fused = fuse_relu6(f)
-    biases = fuse_matmul_bias(f, builder.cost_model)
-    # ops nothing uses (in the input, or left by the steps above) go before the search: its graph keeps
-    # a node for every op, and the replay must find every node it refers to in the function
-    function_dce(f)
-    # kept, detached, for where the search's result costs more as written than the function it started
-    # from: the search prices the flattened matmuls' reshapes, which the restoring takes away again
-    before_search = f.clone()
-    cost_pre = T.from_function(f, written)[0].cost
-    flattened = flatten_shared_matmuls(f)
-    # the graph the search starts from, and the function's ops by node id, as the function is now (the
-    # steps above erased ops: no op handle from before them is kept)
-    g0, mops = T.from_function(f, builder)
+
+
+def _fuse_relu6(st: FuncState) -> None:
+    st.count("relu6_fused", fuse_relu6(st.f))
+
+
+def _fold_matmul_bias(st: FuncState) -> None:
+    st.count("matmul_biases_fused", fuse_matmul_bias(st.f, st.cost_model))
+
+
+def _dce(st: FuncState) -> None:
+    function_dce(st.f)
+
+
+def _flatten_matmuls(st: FuncState) -> None:
+    st.count("matmuls_flattened", flatten_shared_matmuls(st.f))
+
+
+def _backtracking_search(st: FuncState) -> None:
+    """TASO's search on the function's graph, then the replay of the best graph's rewrites on the IR
+    with the PDL patterns at the chosen sites, checked to give exactly the graph the search scored."""
+    f, name = st.f, st.name
+    # the graph the search starts from, and the function's ops by node id, as the function is now (no op
+    # handle from before the passes that ran is kept)
+    g0, mops = T.from_function(f, st.builder)
     tick = time.monotonic()
 
     def progress(i, n, cost):
@@ -174,56 +201,191 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
             sys.stderr.write("\n")
         sys.stderr.flush()
 
-    best, stats = S.search(g0, rws, builder, sopts, progress if opts.get("progress") else None)
-    search_s = time.monotonic() - tick
-    # replay on the IR with the PDL patterns
-    tick = time.monotonic()
-    replay(f, best, mops, replayer, by_id)
+    best, stats = S.search(g0, st.rws, st.builder, st.sopts, progress if st.opts.get("progress") else None)
+    st.extra["search_s"] = time.monotonic() - tick
+    st.extra["replay_tick"] = time.monotonic()
+    replay(f, best, mops, st.replayer, st.by_id)
     if best.history:
-        g_ir, _ = T.from_function(f, builder)
+        g_ir, _ = T.from_function(f, st.builder)
         if T.structure(g_ir) != T.structure(best):
             raise TasoError(f"internal error: @{name}: the IR after the PDL rewrites differs from the graph "
                             "the search chose")
+    st.extra.update(history=best.history, cost_searched_ms=best.cost, search_stats=stats)
+    st.count("rewrites_applied", len(best.history))
+
+
+def _fold_weights(st: FuncState) -> None:
+    f = st.f
     folded = fold_weights(f)
+    st.count("weights_folded", folded)
+    st.count("weights_folded_after_search", folded)
     if folded:
-        identities += drop_identities(f)
+        st.count("identities_dropped", drop_identities(f))
     function_dce(f)
-    splits_fused = fuse_split_trees(f)
-    lifted, permuted = lift_elementwise(f, builder.cost_model)
+
+
+def _fuse_split_trees(st: FuncState) -> None:
+    st.count("splits_fused", fuse_split_trees(st.f))
+
+
+def _lift_elementwise(st: FuncState) -> None:
+    f = st.f
+    lifted, permuted = lift_elementwise(f, st.cost_model)
+    st.count("elementwise_lifted", lifted)
+    st.count("weights_permuted", permuted)
     if permuted:
-        folded += fold_weights(f)
-    merged = pre_merged + (merge_duplicate_weights(f) if folded else 0)
+        folded = fold_weights(f)
+        st.count("weights_folded", folded)
+        st.count("weights_folded_after_search", folded)
+    # equal weights the folding after the search made are merged
+    merged = merge_duplicate_weights(f) if st.segment["weights_folded_after_search"] else 0
+    st.count("weights_merged", merged)
     if lifted or permuted or merged:
         function_dce(f)
-    concats_fused = fuse_concat_trees(f)
-    unflattened = unflatten_matmuls(f)
-    merged_unflattened = unflatten_split_matmuls(f, builder.cost_model)
-    reshapes_composed, layout_lifted = lift_layout(f, builder.cost_model)
-    rows_moved = move_row_chains(f, builder.cost_model)
-    chains = compose_layout_chains(f, builder.cost_model)
-    if reshapes_composed or layout_lifted or chains or rows_moved:
-        function_dce(f)
+
+
+def _fuse_concat_trees(st: FuncState) -> None:
+    st.count("concats_fused", fuse_concat_trees(st.f))
+
+
+def _unflatten_matmuls(st: FuncState) -> None:
+    st.count("matmuls_unflattened", unflatten_matmuls(st.f))
+    st.count("merged_matmuls_unflattened", unflatten_split_matmuls(st.f, st.cost_model))
+
+
+def _lift_layout(st: FuncState) -> None:
+    composed, lifted = lift_layout(st.f, st.cost_model)
+    st.count("reshapes_composed", composed)
+    st.count("layout_lifted", lifted)
+
+
+def _move_row_chains(st: FuncState) -> None:
+    st.count("row_chains_moved", move_row_chains(st.f, st.cost_model))
+
+
+def _compose_layout_chains(st: FuncState) -> None:
+    st.count("layout_chains", compose_layout_chains(st.f, st.cost_model))
+    if any(st.segment[k] for k in ("reshapes_composed", "layout_lifted", "layout_chains", "row_chains_moved")):
+        function_dce(st.f)  # (what the layout passes left unused)
+
+
+FP = FunctionPass
+#: taso-search's passes, in order: prepare, then the guarded segment (search and cleanup)
+PREPARE = (
+    FP("taso-fold-batchnorm", "Fold inference batchnorms into the convolutions before them (fold_batchnorm.py)",
+       _fold_batchnorm, ("batchnorms_folded",)),
+    FP("taso-fold-constants", "Fold the generic ops with constant results and the taso ops computing only "
+       "from weights into new weights, then drop the identities that reveals (fold_generic.py, identities.py)",
+       _fold_constants, ("generic_folded", "weights_folded", "identities_dropped")),
+    FP("taso-raise-views", "Squeeze/Unsqueeze/Flatten (and Reshape) with static shapes as taso.reshape "
+       "(raise_generic.py)", _raise_views, ("views_raised",)),
+    FP("taso-raise-gathers", "Gathers of every index of an axis as one taso.split (raise_generic.py)",
+       _raise_gathers, ("gathers_raised",)),
+    FP("taso-raise-divs", "A division by a power of two as a scalar multiply, bit-exact (fold_scale.py)",
+       _raise_divs, ("divs_raised",)),
+    FP("taso-fold-scales", "Scalar multiplies folded into the weights they reach (fold_scale.py)",
+       _fold_scales, ("scales_folded",)),
+    FP("taso-merge-repeats", "Merge equal folded weights (where this run folded constants) and repeated ops "
+       "(cse.py)", _merge_repeats, ("weights_merged", "repeats_merged")),
+    FP("taso-fuse-relu6", "Fuse ReLU6 (Clip 0, 6) into the convolutions before it (fuse_clip.py)",
+       _fuse_relu6, ("relu6_fused",)),
+    FP("taso-fold-matmul-bias", "Fold bias adds into the matmuls before them where the cost model charges "
+       "less (matmul_bias.py)", _fold_matmul_bias, ("matmul_biases_fused",), needs_cost_model=True),
+    FP("taso-dce", "Remove ops whose results are unused", _dce),
+)
+SEARCH = (
+    FP("taso-flatten-matmuls", "Sibling matmuls of one [..., K] input on 2-D reshapes of it, so that 2-D "
+       "rules apply (flatten_matmul.py)", _flatten_matmuls, ("matmuls_flattened",), group="search"),
+    FP("taso-backtracking-search", "TASO's cost-based backtracking search with the verified rules, replayed "
+       "on the IR as PDL patterns (search.py, pdl.py)", _backtracking_search, ("rewrites_applied",),
+       needs_rules=True, group="search"),
+)
+CLEANUP = (
+    FP("taso-fold-weights", "Fold the ops computing only from weights into new weights, drop identities, "
+       "DCE", _fold_weights, ("weights_folded", "identities_dropped"), group="cleanup"),
+    FP("taso-fuse-split-trees", "A split of a split's piece on the same axis becomes part of its parent",
+       _fuse_split_trees, ("splits_fused",), group="cleanup"),
+    FP("taso-lift-elementwise", "Elementwise ops over a split's pieces lifted over the split; weights "
+       "permuted to align (lift_elementwise.py)", _lift_elementwise,
+       ("elementwise_lifted", "weights_permuted", "weights_folded", "weights_merged"), needs_cost_model=True,
+       group="cleanup"),
+    FP("taso-fuse-concat-trees", "A concat of a concat on the same axis becomes one concat",
+       _fuse_concat_trees, ("concats_fused",), group="cleanup"),
+    FP("taso-unflatten-matmuls", "The flattened matmuls the search left alone (and merged ones, where it "
+       "costs less) read their 3-D input again (flatten_matmul.py)", _unflatten_matmuls,
+       ("matmuls_unflattened", "merged_matmuls_unflattened"), needs_cost_model=True, group="cleanup"),
+    FP("taso-lift-layout", "Reshapes composed and layout ops lifted over splits (lift_layout.py)",
+       _lift_layout, ("reshapes_composed", "layout_lifted"), needs_cost_model=True, group="cleanup"),
+    FP("taso-move-row-chains", "Row reshapes and transposes moved across matmuls (layout_chains.py)",
+       _move_row_chains, ("row_chains_moved",), needs_cost_model=True, group="cleanup"),
+    FP("taso-compose-layout-chains", "A chain of reshapes and transposes made one transpose, then DCE "
+       "(layout_chains.py)", _compose_layout_chains, ("layout_chains",), needs_cost_model=True,
+       group="cleanup"),
+)
+#: every function pass (each registered on its own as well)
+FUNCTION_PASSES = PREPARE + SEARCH + CLEANUP
+
+
+def dump_pipeline(options: dict | None = None) -> str:
+    """``taso-search`` as the passes it runs (what ``taso-opt --dump-pass-pipeline`` prints)."""
+    options = options or {}
+    head = " ".join(f"{k}={v}" for k, v in options.items())
+    return "\n".join([
+        "taso-search" + (f"{{{head}}}" if head else "") + " runs, on every function:",
+        PL.pipeline_text([("prepare", PREPARE)], options),
+        "  then, kept only where the function costs no more as written than before it (never worse):",
+        PL.pipeline_text([("search", SEARCH), ("cleanup", CLEANUP)], options),
+        "  (with cost-model=cpu, the whole result is then timed against the input: latency-check)",
+    ])
+
+
+def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
+    """The taso-search pipeline on one function; its report is built from the passes' statistics."""
+    name = ir.StringAttr(f.attributes["sym_name"]).value
+    # the costs reported are those of the function as written, where every split costs its own: the
+    # search charges nothing for a split of a split's piece on the same axis where nothing else uses
+    # the piece, which fuse_split_trees makes part of its parent only where the pieces are at most 16
+    written = T.Builder(builder.cost_model, split_trees=False)
+    st = FuncState(f, builder=builder, written=written, rws=rws, by_id=by_id, replayer=replayer, sopts=sopts,
+                   opts=opts)
+    # the cost before is the input's, so the reduction reported includes the batchnorm folding
+    g_in, _ = T.from_function(f, builder)
+    cost_in = T.from_function(f, written)[0].cost
+
+    def after_batchnorm(st):
+        folded = st.stats["batchnorms_folded"]
+        st.extra["cost_after_fold_ms"] = T.from_function(st.f, written)[0].cost if folded else cost_in
+        st.extra["ops_after_fold"] = T.from_function(st.f, builder)[0].num_ops if folded else g_in.num_ops
+
+    PL.run_passes(st, PREPARE, after={"taso-fold-batchnorm": after_batchnorm})
+    # the guarded segment: kept, detached, for where its result costs more as written than the function
+    # it started from (the search prices the flattened matmuls' reshapes, which the restoring takes away)
+    before_search = st.f.clone()
+    cost_pre = T.from_function(st.f, written)[0].cost
+    kept_stats = Counter(st.stats)
+    st.segment = Counter()
+    PL.run_passes(st, SEARCH + CLEANUP)
+    f = st.f
     # the cost and op count of the function as written (split trees fused), which the search's cost
     # model predicts except where a split tree could not be fused (more than MAX_ARITY pieces)
     g_out, _ = T.from_function(f, written)
-    replay_s = time.monotonic() - tick
-    dropped, history = None, best.history
-    if g_out.cost > cost_pre * (1 + 1e-9):  # never worse than the search's starting point
+    replay_s = time.monotonic() - st.extra["replay_tick"]
+    dropped, history = None, st.extra["history"]
+    if g_out.cost > cost_pre * (1 + 1e-9):  # never worse than the segment's starting point
         dropped = {"cost_ms": g_out.cost, "ops": g_out.num_ops, "rewrites": len(history)}
         ir.InsertionPoint(f).insert(before_search)
         erase_op(f)
-        f = before_search
+        f = st.f = before_search
         g_out, _ = T.from_function(f, written)
         history = []
-        folded = splits_fused = lifted = permuted = concats_fused = unflattened = merged_unflattened = 0
-        reshapes_composed = layout_lifted = chains = rows_moved = flattened = 0
-        merged, identities = pre_merged, identities_pre
+        st.stats = kept_stats  # (the segment's statistics go with its result)
+    stats = st.extra["search_stats"]
     fr = {
         "function": name,
         "ops_before": g_in.num_ops, "ops_after": g_out.num_ops,
-        "cost_before_ms": cost_in, "cost_after_ms": g_out.cost, "cost_searched_ms": best.cost,
-        "batchnorms_folded": bn_folded, "relu6_fused": relu6_fused, "ops_after_fold": g_bn.num_ops, "cost_after_fold_ms": cost_bn,
-        "fold_batchnorm_s": round(fold_s, 3),
+        "cost_before_ms": cost_in, "cost_after_ms": g_out.cost, "cost_searched_ms": st.extra["cost_searched_ms"],
+        "ops_after_fold": st.extra["ops_after_fold"], "cost_after_fold_ms": st.extra["cost_after_fold_ms"],
+        "fold_batchnorm_s": round(st.times["taso-fold-batchnorm"], 3),
         "applied": dict(Counter(h[0] for h in history).most_common()),
         "rewrites_applied": len(history),
         "graphs_popped": stats.popped, "graphs_generated": stats.generated, "graphs_pruned": stats.pruned,
@@ -231,14 +393,13 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
         "merge_children_built": stats.lookahead_built,
         "windows": stats.windows, "windows_skipped": stats.windows_skipped, "timed_out": stats.timed_out,
         "rejected_sites": dict(stats.rejected.most_common(8)),
-        "weights_folded": pre_folded + folded, "generic_folded": generic_folded, "views_raised": views, "gathers_raised": gathers, "divs_raised": divs, "scales_folded": scales, "repeats_merged": repeats, "identities_dropped": identities, "splits_fused": splits_fused,
-        "concats_fused": concats_fused,
-        "matmuls_flattened": flattened, "matmuls_unflattened": unflattened, "merged_matmuls_unflattened": merged_unflattened,
-        "matmul_biases_fused": biases,
-        "elementwise_lifted": lifted, "weights_permuted": permuted, "weights_merged": merged,
-        "reshapes_composed": reshapes_composed, "layout_lifted": layout_lifted, "layout_chains": chains, "row_chains_moved": rows_moved,
-        "search_s": round(search_s, 3), "replay_s": round(replay_s, 3),
+        "search_s": round(st.extra["search_s"], 3), "replay_s": round(replay_s, 3),
+        "pass_s": {k: round(v, 3) for k, v in st.times.items()},
     }
+    for p in FUNCTION_PASSES:  # the statistics every pass declares
+        for k in p.statistics:
+            if k != "rewrites_applied":
+                fr[k] = st.stats[k]
     if dropped:
         fr["search_result_dropped"] = dropped
     return fr, f

@@ -79,6 +79,9 @@ def _build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--summary", action="store_true",
                     help="print a one-line census of the result (taso ops, generic onnx ops, weights) to stderr")
     ap.add_argument("--no-verify-each", action="store_true", help="do not run the verifier after each pass")
+    ap.add_argument("--dump-pass-pipeline", action="store_true",
+                    help="print the pass pipeline (taso-search expanded into the passes it runs) to stderr, "
+                         "then run it on the input file; without an input file, only print it")
     return ap
 
 
@@ -187,6 +190,10 @@ def _main(argv: list[str]) -> int:
         raise TasoError("use either --pass-pipeline or pass flags, not both")
     pipeline = args.pass_pipeline or (f"builtin.module({','.join(steps)})" if steps else None)
     searching = bool(pipeline) and re.search(r"(^|[(,])\s*taso-search\b", pipeline) is not None
+    if args.dump_pass_pipeline:
+        _dump_pipeline(pipeline)
+        if args.input == "-":
+            return 0
     if args.taso_report and not searching:
         raise TasoError("--taso-report needs the taso-search pass")
     if searching:
@@ -273,6 +280,22 @@ def _main(argv: list[str]) -> int:
     for line in args.summary_lines:
         sys.stderr.write(line)
     return cli.EXIT_ERROR if failures else 0
+
+
+def _dump_pipeline(pipeline) -> None:
+    """Print the pipeline to stderr, each taso-search element expanded into the passes it runs."""
+    from taso_mlir.dialect.errors import TasoError
+    from taso_mlir.passes.registry import parse_element, split_top_level
+    from taso_mlir.passes.taso_search import dump_pipeline
+
+    if not pipeline:
+        raise TasoError("--dump-pass-pipeline: no passes given")
+    sys.stderr.write(f"Pass Manager with {pipeline}\n")
+    name, _, inner = parse_element(pipeline)
+    for elem in split_top_level(inner or ""):
+        ename, opts, _nested = parse_element(elem)
+        if ename == "taso-search":
+            sys.stderr.write(dump_pipeline({k: v for k, v in opts.items() if k not in ("report", "progress")}) + "\n")
 
 
 def _check_data_file(in_path: str, out_path: str) -> None:
