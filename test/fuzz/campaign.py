@@ -122,7 +122,11 @@ def _task(seed: int) -> dict:
     if known and known[0] == res.cls:
         rec["known"] = known[1]
     elif res.failed or res.cls == "generator-fault":
-        info = record_failure(_OPTS["out"], res, model, _RUNNER, _OPTS["shrink_budget"])
+        try:
+            info = record_failure(_OPTS["out"], res, model, _RUNNER, _OPTS["shrink_budget"])
+        except Exception as e:  # (a fault of the shrinker must not end the campaign)
+            info = {}
+            rec["shrink_error"] = f"{type(e).__name__}: {str(e)[:300]}"
         rec["saved"] = info.get("model")
         rec["shrunk"] = info.get("shrunk")
         rec["shrunk_nodes"] = info.get("shrunk_nodes")
