@@ -140,6 +140,27 @@ def test_the_comparison_catches_a_wrong_model_and_not_a_more_accurate_one():
     assert not compare.compare(lossy, off).ok
 
 
+def test_the_tolerance_is_the_input_models_own_float32_error():
+    """``x @ A - x @ B`` with large, nearly equal A and B: the input model's float32 error is about 1e-4 of
+    an output of scale 1. A model whose A is one float32 rounding off (as a folded weight may be) differs
+    from it by over 1e-5 and is accepted; one whose A is 1e-4 off, relative, is a mismatch."""
+    rng = np.random.default_rng(3)
+    b = (rng.standard_normal((64, 8)) * 30).astype(np.float32)
+    a = (b + rng.standard_normal((64, 8)) * 0.01).astype(np.float32)
+
+    def model(wa):
+        return _model([helper.make_node("MatMul", ["x", "a"], ["p"]), helper.make_node("MatMul", ["x", "b"], ["q"]),
+                       helper.make_node("Sub", ["p", "q"], ["y"])], [("x", [4, 64])], [("y", [4, 8])],
+                      [numpy_helper.from_array(wa, "a"), numpy_helper.from_array(b, "b")])
+
+    src, ulp = model(a), model(np.nextafter(a, np.float32(np.inf)))
+    feeds = gen.random_feeds(src, np.random.default_rng([0, 0, 7]))
+    assert np.abs(gen.session(src).run(None, feeds)[0] - gen.session(ulp).run(None, feeds)[0]).max() > 2e-5
+    assert compare.compare(src, ulp).ok
+    wrong = compare.compare(src, model((a * 1.0001).astype(np.float32)))
+    assert not wrong.ok and wrong.ratio > 10, wrong
+
+
 def _relu_to_identity(src: str, out: str, log: str, timeout: float) -> runner.OptRun:
     """A planted optimizer bug: the first Relu becomes an Identity."""
     m = onnx.load(src)
