@@ -269,8 +269,12 @@ def import_onnx(
                 )
             if d.dim_value < 0:
                 raise TasoError(f"{where}: graph input '{vi.name}' has a negative dimension {i} ({d.dim_value})")
+    # float weights whose values decide a shape keep them too: Resize's roi and scales, Upsample's scales
+    # (as typed inputs, inference leaves the result's shape unknown and a valid model is refused)
+    shape_values = {x for n in g.node if n.op_type in ("Resize", "Upsample") and n.domain in ("", "ai.onnx")
+                    for x in list(n.input)[1:] if x}
     for name, arr in weights.items():
-        if np.issubdtype(arr.dtype, np.integer) and arr.size <= _SMALL:
+        if (np.issubdtype(arr.dtype, np.integer) or name in shape_values) and arr.size <= _SMALL:
             sg.initializer.append(numpy_helper.from_array(arr, name))
         else:
             sg.input.append(onnx.helper.make_tensor_value_info(
