@@ -14,7 +14,23 @@ form the search left alone back into ``matmul(x, W)``, so an unmerged group cost
 Identity: numpy's matmul broadcasts a 2-D right operand over the leading dimensions, so
 ``matmul(x, W)[..., i, n] = sum_k x[..., i, k] W[k, n]``, and the row-major reshape maps the leading
 index ``(b, s)`` to row ``b*S + s`` and back. ``prove()`` proves the element identity with Z3 for
-symbolic indices and values (per row length S and inner length K up to a bound).
+symbolic indices and values (per row length S and inner length K up to a bound), and on symbolic
+tensors at every shape the site checks admit within small bounds (``prove_shapes``).
+
+Conditions (each enforced where the pass fires: ``_projection``, ``_flattened_matmul``, the restore's
+result check, ``unflatten_split_matmuls``):
+- ``x`` static of rank >= 3, ``lead + [K]``; ``W`` static and exactly 2-D (a batched ``[B, K, N]``
+  weight pairs batch ``b`` with rows ``b*S .. b*S+S-1`` of ``x``, which the flat matmul does not);
+  a bias operand is ``[N]``, one value per output column, which the reshapes do not move; the
+  activation is elementwise, so any;
+- the inner reshape is exactly ``[prod(lead), K]`` (row-major, each row of K elements stays a row)
+  and the result is reshaped back to exactly ``lead + [N]``: a reshape to another leading shape of
+  the same product (``[S, B]`` for ``[B, S]``) is another tensor and is not restored;
+- the flat matmul's result has no other use (it goes);
+- split: the flat result split on axis 1 (its columns, the last axis) is ``split(matmul(x, W),
+  axis=len(lead))`` with the same sizes (any, unequal included), each piece the row-major reshape
+  of the other's; a piece's reshape to any shape reads the 3-D piece instead (a row-major reshape of
+  a reshape is one reshape), and its other users read a reshape of the 3-D piece to ``[rows, n]``.
 """
 
 from __future__ import annotations
@@ -289,4 +305,45 @@ def prove(max_rows: int = 4, max_inner: int = 3):
             r = solver.check()
             if r != z3.unsat:
                 return r
-    return z3.unsat
+    return z3.sat if prove_shapes() else z3.unsat
+
+
+def prove_shapes(max_dim: int = 3) -> list:
+    """The rewrites at the shapes the site checks admit, on symbolic tensors (``verifier.symbolic``):
+    for every leading shape ``lead`` of 2 axes of size 1..``max_dim`` and of 3 axes of size 1..2 (size-1
+    axes and equal sizes included), K = 1, 2, N = 1..3, with and without a bias [N]:
+    ``reshape(matmul(reshape(x, [prod(lead), K]), W, b), lead + [N]) = matmul(x, W, b)``, and for every
+    split of the N columns into 2 or 3 pieces, each piece of ``split(matmul(x, W, b), len(lead))`` is
+    the flat piece reshaped to ``lead + [n]`` and the other way round, and a reshape of the flat piece
+    to ``[n, prod(lead)]`` (another shape) is that reshape of the 3-D piece. Returns the cases that
+    fail (none: proved)."""
+    import itertools
+
+    import numpy as np
+
+    from taso_mlir.verifier import symbolic as S
+
+    bad = []
+    leads = [list(t) for t in itertools.product(range(1, max_dim + 1), repeat=2)]
+    leads += [list(t) for t in itertools.product((1, 2), repeat=3)]
+    for lead, K, N, bias in itertools.product(leads, (1, 2), (1, 2, 3), (False, True)):
+        x, W = S.tensor("x", lead + [K]), S.tensor("W", [K, N])
+        b = S.tensor("b", [N]) if bias else 0
+        rows = math.prod(lead)
+        whole = np.matmul(x, W) + b
+        flat = np.matmul(x.reshape(rows, K), W) + b
+        d = S.differs(flat.reshape(lead + [N]), whole)
+        if d is not None:
+            bad.append(("restore", lead, K, N, bias, d))
+        for parts in (2, 3):
+            for cuts in itertools.combinations(range(1, N), parts - 1):
+                pieces3 = np.split(whole, list(cuts), axis=len(lead))
+                pieces2 = np.split(flat, list(cuts), axis=1)
+                for p3, p2 in zip(pieces3, pieces2):
+                    n = p3.shape[-1]
+                    for got, want, what in ((p2.reshape(lead + [n]), p3, "piece"), (p3.reshape(rows, n), p2, "flat piece"),
+                                            (p3.reshape(n, rows), p2.reshape(n, rows), "other reshape")):
+                        d = S.differs(got, want)
+                        if d is not None:
+                            bad.append((what, lead, K, N, bias, cuts, d))
+    return bad

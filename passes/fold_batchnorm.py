@@ -18,8 +18,21 @@ element type; ``w'`` and ``b'`` are new weights with unique names (``<w>.bn``, `
 Identity (per output element, a convolution output being a finite sum over the window):
 ``s*inv*(sum_k w_k x_k + b - m) + beta == sum_k (s*inv*w_k) x_k + ((b - m)*s*inv + beta)`` with
 ``inv = 1/sqrt(var + eps) > 0``. ``prove()`` proves it over the reals with Z3 for windows of 1..4
-terms. Everything else (batchnorm after another op, a conv with a fused relu, parameters that are not
-constants, a conv result with other uses, integer or bf16 types, ``var + eps <= 0``) is left as is.
+terms, and on symbolic tensors at the shapes the site admits (``prove_shapes``). Everything else
+(batchnorm after another op, a conv with a fused relu, parameters that are not constants, a conv
+result with other uses, integer or bf16 types, ``var + eps <= 0``) is left as is.
+
+Conditions (``_site`` and ``fold_function``):
+- the batchnorm normalizes axis 1 of its input (the spec's), which is the convolution's output
+  channel axis; its four parameters and the conv's bias have shape exactly ``[O]``, ``O = w.shape[0]``
+  (checked against the weight itself), so channel ``o``'s factor scales filter ``w[o]``: for a
+  grouped or depthwise convolution too, where output channel ``o`` reads only its group's inputs
+  but still through ``w[o]`` alone;
+- any stride, padding (the padded zeros stay zeros: only the weights and the bias change, and the
+  bias is added at every position, borders included), dilation, group and kernel;
+- activation ``none`` (a relu between would not commute with a negative factor), the conv result
+  used only by the batchnorm, every parameter a weight, one float element type, ``var + eps > 0``
+  and the folded values finite in that type.
 """
 
 from __future__ import annotations
@@ -42,9 +55,16 @@ def folded_params(w: np.ndarray, b: Optional[np.ndarray], scale: np.ndarray, bia
                   mean: np.ndarray, var: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
     """(w', b') in float64 (see the module docstring); the caller rounds them to the element type."""
     k = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + epsilon)
-    w2 = w.astype(np.float64) * k.reshape((-1,) + (1,) * (w.ndim - 1))
-    b0 = np.zeros_like(k) if b is None else b.astype(np.float64)
-    return w2, (b0 - mean.astype(np.float64)) * k + bias.astype(np.float64)
+    return fold_by(w.astype(np.float64), None if b is None else b.astype(np.float64), k,
+                   bias.astype(np.float64), mean.astype(np.float64))
+
+
+def fold_by(w: np.ndarray, b: Optional[np.ndarray], k: np.ndarray, bias: np.ndarray, mean: np.ndarray):
+    """(w', b') for the per-channel factor ``k`` (``scale / sqrt(var + eps)``): ``w'[o] = w[o] k[o]`` on
+    ``w``'s first axis (its output channels), ``b' = (b - mean) k + bias``. Works on symbolic arrays."""
+    w2 = w * k.reshape((-1,) + (1,) * (w.ndim - 1))
+    b0 = np.zeros_like(k) if b is None else b
+    return w2, (b0 - mean) * k + bias
 
 
 def single_use_producer(v: ir.Value, name: str) -> Optional[ir.Operation]:
@@ -165,4 +185,36 @@ def prove(max_terms: int = 4):
         r = solver.check()
         if r != z3.unsat:
             return r
-    return z3.unsat
+    return z3.sat if prove_shapes() else z3.unsat
+
+
+def prove_shapes() -> list:
+    """The fold at the shapes the site admits, on symbolic tensors (``verifier.symbolic``):
+    ``conv2d(x, w', b')`` (``fold_by`` with a symbolic factor ``k[o] = scale[o] inv[o]``) equals the
+    spec's batchnorm (axis 1, per channel ``(y - mean) inv scale + bias``) of ``conv2d(x, w, b)``, for
+    convolutions with groups 1, 2 and depthwise (input channels 1 to 4, output channels 1 to 4, so
+    ``C = O`` and ``C != O`` both occur), kernels 1x1, 3x1, 1x3 and 3x3, strides 1 and 2, zero
+    padding at the borders, dilation 2, batch 1 and 2, with and without a conv bias. Returns the
+    cases that fail (none: proved)."""
+    from taso_mlir.verifier import symbolic as S
+
+    bad = []
+    for n, (c, o, g), (kh, kw), strides, pads, dil, with_b in (
+            (1, (1, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), False),
+            (2, (2, 3, 1), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True),
+            (1, (2, 4, 2), (3, 1), (2, 1), (1, 0, 1, 0), (1, 1), True),
+            (1, (3, 3, 3), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False),
+            (1, (4, 2, 2), (1, 3), (1, 2), (0, 1, 0, 1), (1, 1), True),
+            (2, (2, 2, 1), (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), True),
+            (1, (4, 4, 4), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), True)):
+        x, w = S.tensor("x", (n, c, 3, 4)), S.tensor("w", (o, c // g, kh, kw))
+        b = S.tensor("b", (o,)) if with_b else None
+        scale, inv, beta, mean = (S.tensor(t, (o,)) for t in ("scale", "inv", "beta", "mean"))
+        y = S.conv2d(x, w, b, strides, pads, dil, g)
+        ch = (1, -1, 1, 1)
+        batchnorm = (y - mean.reshape(ch)) * inv.reshape(ch) * scale.reshape(ch) + beta.reshape(ch)
+        w2, b2 = fold_by(w, b, scale * inv, beta, mean)
+        d = S.differs(S.conv2d(x, w2, b2, strides, pads, dil, g), batchnorm, [v > 0 for v in inv])
+        if d is not None:
+            bad.append(((n, c, o, g, kh, kw, strides, pads, dil, with_b), d))
+    return bad

@@ -23,6 +23,21 @@ uses, or an integer or bf16 type is left as is. ``taso-search`` runs it after th
 (bounds computed by a Cast) and the merging of repeated ops (two equal convs, one of them clipped,
 merge first). The rules of the library are stated for ``none`` and ``relu`` convolutions only and
 match every attribute exactly, so a ``relu6`` convolution is opaque to the search.
+
+Identity: ``Clip(y, 0, 6)[e] = min(max(y[e], 0), 6) = relu6(y)[e]`` for every element ``e``, and
+``Clip(relu(y), 0, 6) = relu6(y)``; the conv's ``relu6`` is applied after its bias, per element.
+
+Conditions (``_site``, ``_bounds``):
+- both bounds are constants equal to 0 and 6: one-element weights (``[]``, ``[1]``, any one-element
+  shape) of the input's element type, or the ``min``/``max`` attributes before opset 11; a missing
+  bound, a bound that is not a constant, or other values leave the Clip alone;
+- the Clip's result has the conv result's type (so nothing broadcasts: a one-element bound of
+  higher rank than ``y`` would change the result's shape, and is refused by this check), and the
+  relu between (where there is one) too;
+- the conv's activation is ``none`` or ``relu``, its result (and the relu's) has no other use; any
+  conv shape, group, stride, padding, bias; a float element type (f16, f32, f64: 0 and 6 exact).
+``prove()`` proves the scalar identities, and ``prove_shapes()`` the elementwise Clip with
+broadcast one-element bounds on symbolic tensors.
 """
 
 from __future__ import annotations
@@ -144,7 +159,38 @@ def prove():
         r = s.check()
         if r != z3.unsat:
             return r
-    return z3.unsat
+    return z3.sat if prove_shapes() else z3.unsat
+
+
+def prove_shapes() -> list:
+    """ONNX's Clip on tensors, on symbolic ones (``verifier.symbolic``): for conv results ``y`` of
+    shapes [1, 1, 1, 1], [2, 3, 1, 2] and [1, 2, 3, 3] and one-element bounds of shape ``[]``, ``[1]``
+    and ``[1, 1, 1, 1]`` holding 0 and 6 (broadcast as numpy, and ONNX, broadcast), ``Clip(y, lo, hi)``
+    and ``Clip(relu(y), lo, hi)`` have ``y``'s shape (the site check's result-type condition) and equal
+    the spec's relu6 element by element. Returns the cases that fail (none: proved)."""
+    import numpy as np
+    import z3
+
+    from taso_mlir.verifier import symbolic as S
+
+    def clip(v, lo, hi):
+        m = z3.If(v > lo, v, lo)
+        return z3.If(m < hi, m, hi)
+
+    def relu6(v):
+        return z3.If(v < 0, z3.RealVal(0), z3.If(v > RELU6_MAX, z3.RealVal(RELU6_MAX), v))
+
+    bad = []
+    for shape in ((1, 1, 1, 1), (2, 3, 1, 2), (1, 2, 3, 3)):
+        y = S.tensor("y", shape)
+        for bshape in ((), (1,), (1, 1, 1, 1)):
+            lo = np.full(bshape, z3.RealVal(0), dtype=object)
+            hi = np.full(bshape, z3.RealVal(RELU6_MAX), dtype=object)
+            for what, src in (("clip", y), ("clip of relu", S.relu(y))):
+                d = S.differs(S.apply(clip, src, lo, hi), S.apply(relu6, y))
+                if d is not None:
+                    bad.append((what, shape, bshape, d))
+    return bad
 
 
 def check_rounding(dtypes=(np.float16, np.float32, np.float64)) -> bool:

@@ -19,6 +19,22 @@ identity the chain is one reshape.
 Applied where the cost model says the new ops cost less than the chain (a chain with two or more
 transposes, or one whose transposes cancel). ``prove()`` checks every plan on small shapes
 exhaustively (the chain and its plan applied to ``arange``: each output element names its source).
+
+Identity: the chain equals ``reshape(transpose(reshape(x, fine), perm), final)``; and for a matmul
+by a 2-D operand, ``matmul(R(x), W[, b]) = R'(matmul(x, W[, b]))`` for row steps ``R``, ``R'`` being
+``R`` with the last axis resized from K to N.
+
+Conditions:
+- a chain: reshapes and transposes whose every intermediate result has exactly one use (the next
+  op); static shapes; any ranks, any number of size-1 axes; ``chain_plan`` returns a plan only where
+  every reshape regroups whole fine axes or cuts one into an outer and an inner factor (row-major),
+  and refuses the chain otherwise (a reshape that interleaves two fine axes);
+- a row move (``_sink``, ``_hoist``): the matmul's right operand is exactly 2-D (``_row_matmul``: a
+  batched one pairs batch indices with the rows, which a row step moves); the moved steps keep the
+  last axis (a transpose with ``perm[-1]`` last, a reshape between ranks >= 2 with the same last
+  dimension: whole rows move, each row's elements stay in order); a bias [N] is per column, so it
+  moves with nothing; the activation is elementwise; the moved ops' intermediate results have one
+  use (the matmul's operand, each step's result).
 """
 
 from __future__ import annotations
@@ -385,7 +401,8 @@ def prove(max_rank: int = 3, max_dim: int = 4) -> tuple:
     """Every transpose -> reshape -> transpose chain (every perm, every reshape to up to ``max_rank`` axes)
     of every shape of up to ``max_rank`` axes of size 1..``max_dim``, and its two-op prefixes: the plan,
     where ``chain_plan`` makes one, applied to ``arange`` equals the chain applied to it. With distinct
-    elements this checks every element's source: for these shapes it is a proof. Also ``_prove_rows``.
+    elements this checks every element's source: for these shapes it is a proof. Also ``_prove_rows`` and
+    ``check_long_chains``.
     Returns (True, {"chains": cases, "rows": cases}) or (False, the first case that differs)."""
     cases = 0
     for rank in range(1, max_rank + 1):
@@ -410,7 +427,52 @@ def prove(max_rank: int = 3, max_dim: int = 4) -> tuple:
     rows = _prove_rows(max_rank, max_dim)
     if not rows[0]:
         return rows
-    return True, {"chains": cases, "rows": rows[1]}
+    long = check_long_chains()
+    if not long[0]:
+        return long
+    return True, {"chains": cases, "rows": rows[1], "long chains": long[1]}
+
+
+def _all_shapes_of(n: int, max_rank: int):
+    """Every shape of 1..``max_rank`` axes whose product is ``n``, any number of them 1."""
+    for rank in range(1, max_rank + 1):
+        for dims in itertools.product([d for d in range(1, n + 1) if n % d == 0], repeat=rank):
+            if math.prod(dims) == n:
+                yield list(dims)
+
+
+def check_long_chains(max_elems: int = 8, max_rank: int = 3) -> tuple:
+    """Chains of four steps (transpose, reshape, transpose, reshape and reshape, transpose, reshape,
+    transpose) of every shape of up to ``max_rank`` axes of size 1..3 with at most ``max_elems``
+    elements, every perm and every reshape to up to ``max_rank`` axes, any number of them 1 (the
+    adversarial case of ``chain_plan``, which keeps size-1 axes as empty groups): where a plan is
+    made, it equals the chain on ``arange``. Returns (True, cases) or (False, the case)."""
+    cases = 0
+    for rank in range(1, max_rank + 1):
+        for shape in itertools.product((1, 2, 3), repeat=rank):
+            shape = list(shape)
+            n = math.prod(shape)
+            if n > max_elems:
+                continue
+            x = np.arange(n).reshape(shape)
+            targets = list(_all_shapes_of(n, max_rank))
+            for p1 in itertools.permutations(range(rank)):
+                for t1 in targets:
+                    for p2 in itertools.permutations(range(len(t1))):
+                        for t2 in targets:
+                            r2 = list(range(len(t2)))[::-1]
+                            for steps in ([("transpose", list(p1)), ("reshape", t1), ("transpose", list(p2)), ("reshape", t2)],
+                                          [("reshape", t2), ("transpose", r2), ("reshape", t1), ("transpose", list(p2))]):
+                                plan = chain_plan(shape, steps)
+                                if plan is None:
+                                    continue
+                                want = _apply(x, steps)
+                                got = _apply(x, [(k, a.get("perm", a.get("shape"))) for k, a, _i, _o in
+                                                 _plan_ops(shape, plan)])
+                                cases += 1
+                                if got.shape != want.shape or not np.array_equal(got, want):
+                                    return False, (shape, steps, plan)
+    return True, cases
 
 
 def _row_steps(lead: list, k: int, max_rank: int):
@@ -425,11 +487,12 @@ def _row_steps(lead: list, k: int, max_rank: int):
 def _prove_rows(max_rank: int, max_dim: int) -> tuple:
     """Every chain of one or two row steps (``_is_row_step``: transposes that keep the last axis last,
     reshapes that keep it) of every tensor of up to ``max_rank`` axes whose leading axes have size
-    1..``max_dim`` commutes with a matmul by a 2-D operand, the last axis resized
-    (``matmul(R(x), W) = R'(matmul(x, W))``), in exact integer arithmetic on ``arange``: every row's
-    source. Returns (True, cases) or (False, the case)."""
+    1..``max_dim`` commutes with a matmul by a 2-D operand and a bias per column, the last axis resized
+    (``matmul(R(x), W, b) = R'(matmul(x, W, b))``), in exact integer arithmetic on ``arange``: every
+    row's source. Returns (True, cases) or (False, the case)."""
     k, n = 2, 3
     w = np.arange(1, k * n + 1, dtype=np.int64).reshape(k, n)
+    b = np.arange(100, 100 + n, dtype=np.int64)  # (a bias per column: it moves with nothing)
     cases = 0
     for rank in range(1, max_rank):
         for lead in itertools.product(range(1, max_dim + 1), repeat=rank):
@@ -438,9 +501,9 @@ def _prove_rows(max_rank: int, max_dim: int) -> tuple:
             for s1, lead1 in _row_steps(lead, k, max_rank):
                 chains = [[s1]] + [[s1, s2] for s2, _l in _row_steps(lead1, k, max_rank)]
                 for steps in chains:
-                    want = _apply(x, steps) @ w
+                    want = _apply(x, steps) @ w + b
                     try:
-                        got = _apply(x @ w, _with_last(steps, n))
+                        got = _apply(x @ w + b, _with_last(steps, n))
                     except ValueError:  # the moved steps do not fit the matmul's result
                         return False, (lead, steps)
                     cases += 1

@@ -20,6 +20,23 @@ after the search, on the function as written (split trees fused), until nothing 
 ``ewadd``'s pieces can lift the activations on them.
 ``prove()`` checks both identities (lifting, alignment) with Z3; ``test/unit/test_lift_elementwise.py`` tests the pass
 against the reference semantics and in onnxruntime.
+
+Identity: lifting, ``split(f(X, Y), a, sizes)#i = f(split(X, a, sizes)#i, split(Y, a, sizes)#i)`` (and
+``g``); alignment, ``split(x @ W' + b', -1, sizes')#p = split(x @ W + b, -1, psizes)#order[p]`` where
+``W' = concat(split(W, 1, psizes)[order], 1)``, ``b'`` alike and ``sizes' = psizes[order]``.
+
+Conditions (enforced by ``_unary``, ``_binary`` and ``_permute_to``):
+- lifting: the op is elementwise (``ewadd``, ``ewmul``; ``relu``, ``sigmoid``, ``tanh``) with the
+  piece's type as its result; a binary op reads piece ``i`` of two different splits on the same
+  axis with the same sizes, whose operands have the same type (so pieces ``i`` have the same shape
+  and nothing broadcasts; the two operands of the op are distinct values). Any rank, any axis, any
+  sizes (unequal and 1-sized pieces included); ``f(X, Y)`` is written with X first, exact where the
+  op's operands were the other way round, as IEEE addition and multiplication commute;
+- alignment: the permuted split's operand is the result of ``matmul(x, W[, b])`` with no other use,
+  activation none or relu (elementwise), ``W`` a 2-D weight (its columns are axis 1: a batched
+  weight is not permuted), ``b`` a weight; the split is on the last axis; the permuted sizes equal
+  the other split's sizes; ``x`` of any rank >= 2.
+``prove_shapes()`` proves both on symbolic tensors at every such shape within small bounds.
 """
 
 from __future__ import annotations
@@ -89,7 +106,62 @@ def prove(max_pieces: int = 3, max_len: int = 2, max_inner: int = 2):
                         r = check(z3.Implies(e < psizes[p], permuted == original))
                         if r != z3.unsat:
                             return r
-    return z3.unsat
+    return z3.sat if prove_shapes() else z3.unsat
+
+
+def prove_shapes() -> list:
+    """Both identities at the shapes the site checks admit, on symbolic tensors (``verifier.symbolic``;
+    ``f``, ``g`` uninterpreted): lifting for every shape of 1 to 3 axes of sizes 1..3 (rank 3: 1..2),
+    every axis of size >= 2 and every split of it into 2 or 3 pieces; alignment for ``x`` of shape
+    [M, K] and [B, M, K] (M, K, B in 1, 2), ``W`` [K, N] (N = 2..4), with and without a bias, every
+    split of N into 2 or 3 pieces (unequal sizes included) and every order of the pieces, the new
+    weight built as ``_permuted`` builds it (a split then a concat on axis 1; a fused relu is
+    elementwise and commutes with the permutation of columns). Returns the cases that fail (none:
+    proved)."""
+    import itertools
+
+    import numpy as np
+    import z3
+
+    from taso_mlir.verifier import symbolic as S
+
+    R = z3.RealSort()
+    f, g = z3.Function("f", R, R, R), z3.Function("g", R, R)
+    bad = []
+    shapes = [list(t) for r in (1, 2) for t in itertools.product((1, 2, 3), repeat=r)]
+    shapes += [list(t) for t in itertools.product((1, 2), repeat=3)]
+    for shape in shapes:
+        X, Y = S.tensor("X", shape), S.tensor("Y", shape)
+        whole_f, whole_g = S.apply(f, X, Y), S.apply(g, X)
+        for axis in range(len(shape)):
+            for parts in (2, 3):
+                for cuts in itertools.combinations(range(1, shape[axis]), parts - 1):
+                    cuts = list(cuts)
+                    xs, ys = np.split(X, cuts, axis), np.split(Y, cuts, axis)
+                    for i, (pf, pg) in enumerate(zip(np.split(whole_f, cuts, axis), np.split(whole_g, cuts, axis))):
+                        for got, want in ((pf, S.apply(f, xs[i], ys[i])), (pg, S.apply(g, xs[i]))):
+                            d = S.differs(got, want)
+                            if d is not None:
+                                bad.append(("lift", shape, axis, cuts, i, d))
+    for xs, N, bias in itertools.product(([1, 1], [2, 1], [1, 2], [2, 2], [2, 1, 2], [2, 2, 1]), (2, 3, 4), (False, True)):
+        K = xs[-1]
+        x, W = S.tensor("x", xs), S.tensor("W", [K, N])
+        b = S.tensor("b", [N]) if bias else None
+        y = np.matmul(x, W) + (b if b is not None else 0)
+        for parts in (2, 3):
+            for cuts in itertools.combinations(range(1, N), parts - 1):
+                psizes = [q - p for p, q in zip((0,) + cuts, cuts + (N,))]
+                old = np.split(y, list(cuts), axis=-1)
+                for order in itertools.permutations(range(parts)):
+                    W2 = np.concatenate([np.split(W, list(cuts), axis=1)[j] for j in order], axis=1)
+                    b2 = np.concatenate([np.split(b, list(cuts), axis=0)[j] for j in order]) if b is not None else 0
+                    new_cuts = list(np.cumsum([psizes[j] for j in order])[:-1])
+                    new = np.split(np.matmul(x, W2) + b2, new_cuts, axis=-1)
+                    for p in range(parts):
+                        d = S.differs(new[p], old[order[p]])
+                        if d is not None:
+                            bad.append(("align", xs, N, bias, psizes, order, p, d))
+    return bad
 
 
 def _split_of(v: ir.Value) -> Optional[tuple[ir.Operation, int]]:

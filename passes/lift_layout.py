@@ -26,8 +26,25 @@ Each lift happens only where the cost model says the op on the whole and the new
 the ops on the pieces (and the old split, where nothing else uses it). ``taso-search`` runs this after
 the search, on the function as written (split trees fused, flattened matmuls restored), until nothing
 more lifts. Pure data movement: exact. ``prove()`` checks both identities with Z3 for the plans this
-module makes on every small shape; ``test/unit/test_lift_layout.py`` tests the pass in the reference
-semantics and in onnxruntime.
+module makes on every small shape, and ``check_plans()`` every plan for splits into 2 and 3 pieces
+on ``arange`` (each output element names its source, so a match is a proof for that shape);
+``test/unit/test_lift_layout.py`` tests the pass in the reference semantics and in onnxruntime.
+
+Identity: ``op(split(X, k, sizes)#i) = split(op'(X), a, sizes')#i`` (then the residual transpose).
+
+Conditions (``_group``, ``_plan``, ``reshape_plan``):
+- every piece of the split has a user of the kind (the first is taken; a piece's other users keep
+  the old split), static result types, at least two pieces; any number of pieces, any sizes
+  (unequal, 1-sized), any rank and axis;
+- transpose: the lifted perm is one piece's; the new split is on ``perm.index(k)`` with the same
+  sizes; a piece whose perm ``q`` differs keeps ``transpose(.., residual_perm(perm, q))``;
+- reshape: the targets ``T_i`` have one rank and agree outside one axis ``j``; their axes before ``j``
+  have the product of ``X``'s axes before ``k`` (row-major: for each index of those axes piece ``i`` is
+  one contiguous run of ``sizes[i] * inner`` elements, ``inner`` the product of ``X``'s axes after
+  ``k``), and ``T_i[j] * prod(T_i[j+1:]) = sizes[i] * inner`` for every piece: then each run stays
+  a run at the same offset. Equal products are what is required, not equal axes: ``[2, 3]`` may
+  stand for ``[6]``, size-1 axes anywhere; a target that regroups the leading axes across the runs
+  (``[4, 6]`` split ``[3, 3]`` to ``[2, 6]``) has no plan.
 """
 
 from __future__ import annotations
@@ -333,4 +350,77 @@ def prove(max_rank: int = 3, max_dim: int = 3, max_target_rank: int = 3):
                             cases["reshape"] += 1
                             if r != z3.unsat:
                                 return r, ("reshape", shape, axis, sizes, [t0, t1])
+    ok, more = check_plans()
+    if not ok:
+        return z3.sat, more
+    cases.update(more)
     return z3.unsat, cases
+
+
+def _all_factorings(n: int, max_rank: int):
+    """Every shape of 1..``max_rank`` axes whose product is ``n`` (any number of them 1)."""
+    for rank in range(1, max_rank + 1):
+        for dims in itertools.product([d for d in range(1, n + 1) if n % d == 0], repeat=rank):
+            if math.prod(dims) == n:
+                yield list(dims)
+
+
+def check_plans(max_rank: int = 3, max_dim: int = 3, max_pieces: int = 3, max_target_rank: int = 4) -> tuple:
+    """Every plan this module makes, checked on ``arange`` (distinct elements: each output element
+    names its source, so equality is a proof for that shape): for every shape of 1..``max_rank`` axes
+    of size 1..``max_dim`` (and of 4 axes of size 1..2), every axis, every split of it into
+    2..``max_pieces`` pieces (unequal sizes included), every transpose (the lifted perm and, for each
+    piece, every other perm through ``residual_perm``) and every tuple of reshape targets of up to
+    ``max_target_rank`` axes (any number of size-1 axes) that agree outside one axis, the only ones
+    ``reshape_plan`` can accept: where it accepts, piece ``i`` of the new split is the op on piece
+    ``i``. Returns (True, cases per family) or (False, the first case that differs)."""
+    import numpy as np
+
+    cases = {"arange transpose": 0, "arange residual": 0, "arange reshape": 0}
+    rank4 = itertools.product((1, 2), repeat=4) if max_rank < 4 else ()
+    for shape in itertools.chain(_layouts(max_rank, max_dim), rank4):
+        shape = list(shape)
+        X = np.arange(math.prod(shape)).reshape(shape)
+        perms = [list(p) for p in itertools.permutations(range(len(shape)))]
+        for axis in range(len(shape)):
+            for parts in range(2, max_pieces + 1):
+                for cuts in itertools.combinations(range(1, shape[axis]), parts - 1):
+                    sizes = [b - a for a, b in zip((0,) + cuts, cuts + (shape[axis],))]
+                    pieces = np.split(X, list(cuts), axis)
+                    for lifted in perms:
+                        whole, a, nsizes = transpose_plan(shape, axis, sizes, lifted)
+                        t = np.transpose(X, lifted)
+                        if list(t.shape) != whole:
+                            return False, ("arange transpose shape", shape, axis, sizes, lifted)
+                        new = np.split(t, list(np.cumsum(nsizes)[:-1]), a)
+                        for i, piece in enumerate(pieces):
+                            cases["arange transpose"] += 1
+                            if not np.array_equal(new[i], np.transpose(piece, lifted)) \
+                                    or new[i].shape != np.transpose(piece, lifted).shape:
+                                return False, ("arange transpose", shape, axis, sizes, lifted, i)
+                            for q in perms:
+                                cases["arange residual"] += 1
+                                got = np.transpose(new[i], residual_perm(lifted, q))
+                                want = np.transpose(piece, q)
+                                if got.shape != want.shape or not np.array_equal(got, want):
+                                    return False, ("arange residual", shape, axis, sizes, lifted, q, i)
+                    n0 = pieces[0].size
+                    for t0 in _all_factorings(n0, max_target_rank):
+                        for j in range(len(t0)):
+                            rest = math.prod(t0) // t0[j]
+                            if any(p.size % rest for p in pieces):
+                                continue
+                            targets = [t0[:j] + [p.size // rest] + t0[j + 1:] for p in pieces]
+                            plan = reshape_plan(shape, axis, sizes, targets)
+                            if plan is None:
+                                continue
+                            whole, jj, nsizes = plan
+                            if math.prod(whole) != X.size:
+                                return False, ("arange reshape size", shape, axis, sizes, targets)
+                            new = np.split(X.reshape(whole), list(np.cumsum(nsizes)[:-1]), jj)
+                            for i, piece in enumerate(pieces):
+                                cases["arange reshape"] += 1
+                                want = piece.reshape(targets[i])
+                                if new[i].shape != want.shape or not np.array_equal(new[i], want):
+                                    return False, ("arange reshape", shape, axis, sizes, targets, i)
+    return True, cases

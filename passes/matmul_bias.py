@@ -11,6 +11,19 @@ longer an op of its own between the matmul and what follows. The export writes a
 Numerics: the same sums in the same order except for where the bias is added (onnxruntime's Gemm may
 start its accumulation from C); tested against the reference semantics and in onnxruntime
 (``test/unit/test_matmul_bias.py``).
+
+Identity: ``ewadd(matmul(x, W), b)[..., i, j] = sum_k x[..., i, k] W[..., k, j] + b[j]``, which is the
+biased matmul's element (``ewadd(b, matmul(x, W))`` too: IEEE addition commutes).
+
+Conditions (``fuse_matmul_bias``'s site check):
+- ``b`` is a weight of shape exactly ``[N]``, ``N`` the matmul result's last dimension: numpy
+  broadcasting aligns a rank-1 operand with the last axis, so ``b[j]`` is added to column ``j`` of
+  every row and batch, whatever the other dimensions (``M = N`` included); any other shape (``[1]``
+  with ``N > 1``, ``[1, N]``, ``[M, 1]``, ``[M, N]``) is left alone (the biased matmul takes ``[N]``);
+- the add's result has the matmul result's type (no broadcasting beyond it, one element type);
+- the matmul has no bias and activation ``none`` (the bias is added before the activation), any
+  ranks of ``x`` and ``W`` (batch axes broadcast), and its result no other use.
+``prove()`` proves the identity on symbolic tensors at every such shape within small bounds.
 """
 
 from __future__ import annotations
@@ -58,7 +71,7 @@ def fuse_matmul_bias(f: ir.Operation, cost_model=None) -> int:
             if taso_attrs(m).get("activation") != "none" or sum(1 for _ in m.results[0].uses) != 1:
                 continue
             out, bs = _shape(m.results[0]), _shape(b)
-            if out is None or bs != [out[-1]] or _weight_of(b) is None or add.results[0].type != m.results[0].type:
+            if not bias_fits(out, bs) or _weight_of(b) is None or add.results[0].type != m.results[0].type:
                 continue
             if cost_model is not None and (_shape(m.operands[0]) is None or _shape(m.operands[1]) is None
                                            or not _gains(cost_model, m, b, add)):
@@ -72,3 +85,56 @@ def fuse_matmul_bias(f: ir.Operation, cost_model=None) -> int:
             done += 1
             break
     return done
+
+
+def bias_fits(out_shape: list, bias_shape: list) -> bool:
+    """The site check's shape condition: a bias of ``bias_shape`` added to a matmul result of
+    ``out_shape`` is that matmul's bias operand."""
+    return out_shape is not None and bias_shape == [out_shape[-1]]
+
+
+def prove() -> list:
+    """The identity on symbolic tensors (``verifier.symbolic``) at every shape the site check admits
+    within small bounds: ``x`` of shape [M, K], [B, M, K] or [1, M, K], ``W`` [K, N] or [B, K, N] (the
+    batch axes broadcast), M, K, N in 1..3 and B = 2 (so M = N, K = N and 1-sized axes occur), and
+    every bias shape of up to 2 axes of sizes 1, M, N that broadcasts to the result without changing
+    its shape: where ``bias_fits``, ``matmul(x, W) + b`` (numpy broadcasting: ``ewadd``) equals the
+    biased matmul written per element, ``sum_k x[.., i, k] W[.., k, j] + b[j]``, in both operand
+    orders (a bias of shape [M] where M = N is admitted, and it is right: broadcasting reads it per
+    column). Returns the cases that fail (none: proved), among them any admitted bias shape other
+    than [N]."""
+    import itertools
+
+    import numpy as np
+
+    from taso_mlir.verifier import symbolic as S
+
+    bad = []
+    for xt, wt in ((("M", "K"), ("K", "N")), (("B", "M", "K"), ("K", "N")), (("1", "M", "K"), ("B", "K", "N")),
+                   (("B", "M", "K"), ("B", "K", "N"))):
+        for M, K, N in itertools.product((1, 2, 3), repeat=3):
+            env = {"B": 2, "M": M, "K": K, "N": N, "1": 1}
+            x, W = S.tensor("x", [env[d] for d in xt]), S.tensor("W", [env[d] for d in wt])
+            prod = np.matmul(x, W)
+            out = list(prod.shape)
+            for bs in sorted({(n,) for n in (1, M, N)} | {(m, n) for m in (1, M) for n in (1, N)}):
+                try:
+                    fits = list(np.broadcast_shapes(tuple(out), bs)) == out
+                except ValueError:
+                    fits = False
+                if not fits or not bias_fits(out, list(bs)):
+                    continue
+                if list(bs) != [N]:
+                    bad.append(("admitted a bias that is not [N]", out, bs))
+                    continue
+                b = S.tensor("b", bs)
+                want = np.empty(out, dtype=object)
+                xb, Wb = np.broadcast_to(x, out[:-2] + [M, K]), np.broadcast_to(W, out[:-2] + [K, N])
+                for idx in np.ndindex(*out):
+                    *lead, i, j = idx
+                    want[idx] = sum((xb[tuple(lead) + (i, k)] * Wb[tuple(lead) + (k, j)] for k in range(K)), 0) + b[j]
+                for got in (prod + b, b + prod):
+                    d = S.differs(got, want)
+                    if d is not None:
+                        bad.append(("bias", xt, wt, (M, K, N), bs, d))
+    return bad
