@@ -18,6 +18,33 @@ Nothing is changed unless the whole plan exists. Each step is an identity of rea
 with Z3 (``prove()``); scaling by a power of two is exact in floating point, so BERT's ``/ 8`` folds
 bit-exactly; other factors round once per weight, within the numeric check's tolerance.
 
+Identity: ``smul(v, s) = v'``, where ``v'`` is ``v`` recomputed with every weight use of the plan
+scaled by ``s``: each step is homogeneous of degree 1 in what it scales (``(a * b) s = (a s) b``,
+``(a + b) s = a s + b s``, ``(x @ W + b) s = x @ (W s) + b s``, ``conv(x, W s, b s) = conv(x, W, b) s``,
+``R(v) s = R(v s)`` for a reshape or transpose ``R``, ``relu(v) s = relu(v s)`` for ``s > 0``), and a
+split piece's columns are ``x @ W[:, c0:c1] + b[c0:c1]``.
+
+Conditions (what each step's site check enforces):
+- ``s``: a constant float scalar weight (one element), finite and nonzero; the ``smul``'s result has
+  its operand's type. Every value on the path from ``v`` up has exactly one use (the plan changes
+  nothing else); a weight with other uses is copied (where small), so only that use is scaled.
+- ``ewadd``/``ewmul``: any operand shapes numpy broadcasts (a scalar factor commutes with
+  broadcasting: ``[N]`` beside ``[M, N]``, ``[1]``, ``[M, 1]`` beside ``[1, N]`` alike); ``ewadd``'s
+  two operands distinct values, and both take the factor.
+- ``matmul``: any ranks (batch axes broadcast), either operand where the right one is not a weight;
+  ``conv2d``: any group, stride, padding, dilation, into the weight; a bias operand ([N] / [O], a
+  float weight) takes the factor too; a fused ``relu`` only for ``s > 0``, a ``relu6`` never.
+- ``reshape``, ``transpose``: any shapes (they only move elements); ``relu``: ``s > 0``.
+- a split piece ``k``: the split is on the last axis (``axis = rank - 1``) of ``matmul(x, W[, b])``'s
+  result, directly or through reshapes that each keep the last dimension's size (row-major, the
+  last index of every element is unchanged, so the split's last axis is W's last axis: its output
+  columns, for any rank of ``x`` and ``W``); W and b float weights; the piece is columns
+  ``piece_columns(sizes, k)`` = ``[sum(sizes[:k]), sum(sizes[:k+1]))`` of W's last axis and of b,
+  whatever the sizes (unequal ones included).
+- every weight use (op, operand) appears in a plan at most once: two pieces of one split in one
+  plan (``ewadd(split(x @ W)#0, split(x @ W)#1) * s``) would each scale their columns of the same
+  use of W, and the second would replace the first; such a plan is refused (``_scaled_plan``).
+
 ``div_to_smul`` first makes a generic ``Div`` by a constant scalar ``2**k`` a ``taso.smul`` by
 ``2**-k`` (the same value bit for bit: both are the correctly rounded ``x * 2**-k``).
 """
@@ -142,9 +169,14 @@ def _absorb_piece(split: ir.Operation, k: int, s: float) -> Optional[list]:
     ops = list(m.operands)
     if act not in ("none", "relu") or (act == "relu" and s <= 0) or not all(_float_weight(w) for w in ops[1:]):
         return None
-    start = int(sum(a["sizes"][:k]))
-    cols = (start, start + int(a["sizes"][k]))
+    cols = piece_columns(list(a["sizes"]), k)
     return [(m, i, cols) for i in range(1, len(ops))]
+
+
+def piece_columns(sizes: list, k: int) -> tuple[int, int]:
+    """The columns (first, end) of piece ``k`` of a split on the last axis into ``sizes``."""
+    start = int(sum(sizes[:k]))
+    return start, start + int(sizes[k])
 
 
 def _np_dtype(t: ir.Type):
@@ -179,6 +211,9 @@ def _scaled_plan(v: ir.Value, s: float) -> Optional[list]:
     plan = absorb(v, s)
     if plan is None:
         return None
+    uses = [(op, i) for op, i, *_cols in plan]
+    if any(op == o2 and i == i2 for k, (op, i) in enumerate(uses) for o2, i2 in uses[:k]):
+        return None  # (one weight use reached twice, e.g. two pieces of one split: each would scale it)
     out = [(op, i, _scaled(op, i, cols[0] if cols else None, s)) for op, i, *cols in plan]
     return None if any(arr is None for _, _, arr in out) else out
 
@@ -285,4 +320,115 @@ def prove():
         r = solver.check()
         if r != z3.unsat:
             return r
-    return z3.unsat
+    return z3.sat if prove_shapes() else z3.unsat
+
+
+def _compositions(n: int, parts: int):
+    """Every way of cutting ``n`` into ``parts`` sizes of at least 1, in order."""
+    import itertools
+
+    for cuts in itertools.combinations(range(1, n), parts - 1):
+        yield [b - a for a, b in zip((0,) + cuts, cuts + (n,))]
+
+
+def prove_shapes() -> list:
+    """The steps at the shapes their site checks admit, on symbolic tensors (``verifier.symbolic``:
+    every element a Z3 real, proved element by element). Returns the cases that fail (none: proved):
+
+    - a split piece (``_absorb_piece``): for ``x`` of shape [M, K], [B, M, K] or [1, M, K] (beside a
+      batched W), W [K, N] or [B, K, N], with and without a bias [N] and a fused relu (``s > 0``),
+      the result read directly or through a reshape that keeps the last dimension (flattened to
+      [B*M, N], or [1] + shape), every split of N = 2..4 columns into 2 or 3 pieces (unequal sizes
+      and 1-column pieces included) and every piece ``k``: piece ``k`` of the scaled result is piece
+      ``k`` of the result with ``piece_columns(sizes, k)`` of W and b scaled, and every other piece
+      is unchanged; M, K and B take 1 and 2, so M = N, K = N and 1-sized axes occur (a fused relu:
+      this pre-activation identity and ``prove()``'s scalar ``relu(y) s = relu(y s)``, ``s > 0``);
+    - ``ewadd``/``ewmul`` on operands that broadcast ([N] / [M, N], [1] / [M, N], [M, 1] / [1, N]);
+    - ``matmul`` of two activations scaled on either side, with batch broadcasting;
+    - ``conv2d`` with groups 1, 2 and depthwise, strides 1 and 2, padding and dilation, and a bias:
+      scaling the weight and bias scales the output;
+    - ``reshape``/``transpose``: scaling commutes.
+    """
+    import itertools
+
+    import numpy as np
+
+    from taso_mlir.verifier import symbolic as S
+
+    s = S.scalar("s")
+    bad = []
+    memo: set = set()
+
+    def check(case, lhs, rhs, assume=()):
+        d = S.differs(lhs, rhs, assume, memo if not assume else None)
+        if d is not None:
+            bad.append((case, d))
+
+    # split pieces of a matmul's result
+    # (a fused relu is elementwise: with the scalar claim relu(y) s = relu(y s) for s > 0, the
+    # pre-activation identity proved here is the relu-fused one)
+    for (xs, ws), bias in itertools.product(
+            [(("M", "K"), ("K", "N")), (("B", "M", "K"), ("K", "N")), (("B", "M", "K"), ("B", "K", "N")),
+             (("1", "M", "K"), ("B", "K", "N"))], (False, True)):
+        batched = "B" in xs + ws
+        for B, M, K, N in itertools.product((1, 2) if batched else (1,), (1, 2), (1, 2), (2, 3, 4)):
+            env = {"B": B, "M": M, "K": K, "N": N, "1": 1}
+            x, W = S.tensor("x", [env[d] for d in xs]), S.tensor("W", [env[d] for d in ws])
+            b = S.tensor("b", [N]) if bias else None
+
+            scaled: dict = {}
+
+            def result(cols, x=x, W=W, b=b, scaled=scaled):
+                """x @ W + b with ``cols`` of W and b scaled (None: none)."""
+                if cols not in scaled:
+                    W2, b2 = W, b
+                    if cols is not None:
+                        c0, c1 = cols
+                        W2 = W.copy()
+                        W2[..., c0:c1] = W2[..., c0:c1] * s
+                        if b is not None:
+                            b2 = b.copy()
+                            b2[c0:c1] = b2[c0:c1] * s
+                    scaled[cols] = np.matmul(x, W2) + (b2 if b2 is not None else 0)
+                return scaled[cols]
+            out = result(None)
+            for reshape in (None, "flat", "lead1") if out.ndim > 2 else (None, "lead1"):
+                shape = list(out.shape)
+                if reshape == "flat":
+                    shape = [int(np.prod(shape[:-1])), N]
+                elif reshape == "lead1":
+                    shape = [1] + shape
+                for parts in (2, 3):
+                    for sizes in _compositions(N, parts):
+                        cuts = np.cumsum(sizes)[:-1]
+                        before = np.split(out.reshape(shape), cuts, axis=len(shape) - 1)
+                        for k in range(parts):
+                            after = np.split(result(piece_columns(sizes, k)).reshape(shape), cuts, axis=len(shape) - 1)
+                            case = ("split piece", xs, ws, env, bias, reshape, sizes, k)
+                            for j in range(parts):
+                                check(case + (j,), before[j] * s if j == k else before[j], after[j])
+    # elementwise ops on broadcast operands
+    for sa, sb in (((3,), (2, 3)), ((1,), (2, 3)), ((2, 1), (1, 3)), ((2, 3), (2, 3))):
+        a, b = S.tensor("a", sa), S.tensor("b", sb)
+        check(("ewadd", sa, sb), (a + b) * s, a * s + b * s)
+        check(("ewmul", sa, sb, 0), (a * b) * s, (a * s) * b)
+        check(("ewmul", sa, sb, 1), (a * b) * s, a * (b * s))
+    # a matmul of two activations, either side, batch broadcasting
+    for sx, sy in (((2, 3), (3, 2)), ((2, 1, 3), (3, 2)), ((1, 2, 3), (2, 3, 2)), ((2, 2, 3), (1, 3, 1))):
+        x, y, b = S.tensor("x", sx), S.tensor("y", sy), S.tensor("b", sy[-1:])
+        check(("matmul", sx, sy, 0), (np.matmul(x, y) + b) * s, np.matmul(x * s, y) + b * s)
+        check(("matmul", sx, sy, 1), (np.matmul(x, y) + b) * s, np.matmul(x, y * s) + b * s)
+    # convolutions
+    for (c, o, g), (kh, kw), stride, pads, dil in (
+            ((2, 2, 1), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)), ((2, 4, 2), (3, 1), (2, 1), (1, 0, 1, 0), (1, 1)),
+            ((2, 2, 2), (3, 3), (1, 2), (1, 1, 1, 1), (1, 1)), ((1, 3, 1), (1, 3), (1, 1), (0, 1, 0, 1), (1, 2))):
+        x, W, b = S.tensor("x", (1, c, 3, 3)), S.tensor("W", (o, c // g, kh, kw)), S.tensor("b", (o,))
+        conv = S.conv2d(x, W, b, stride, pads, dil, g)
+        scaled = S.conv2d(x, W * s, b * s, stride, pads, dil, g)
+        check(("conv2d", c, o, g, kh, kw, stride), conv * s, scaled)
+    # data movement, and a relu on a tensor (s > 0)
+    v = S.tensor("v", (2, 3, 2))
+    check(("reshape",), v.reshape(3, 4) * s, (v * s).reshape(3, 4))
+    check(("transpose",), np.transpose(v, (2, 0, 1)) * s, np.transpose(v * s, (2, 0, 1)))
+    check(("relu",), S.relu(v) * s, S.relu(v * s), [s > 0])
+    return bad
