@@ -12,6 +12,26 @@ them as they are, so that a round trip gives back the input's operators).
   the axis, each reshaped to drop it where the index is a scalar) they are data movement the rules
   and ``lift_layout`` see through. Only groups that use every index are raised: the split then
   moves the bytes the gathers move (a gather of a few rows of a large tensor stays one).
+
+Identity: ``Gather(X, i, axis)`` with a one-element index is piece ``i`` of ``split(X, axis, [1] * n)``
+(``n = X.shape[axis]``) reshaped to the Gather's result; Squeeze, Unsqueeze and Flatten are reshapes
+(ONNX defines them so: the flat, row-major order of the elements is kept).
+
+Conditions (``_index``, ``gathers_to_split``, ``views_to_reshapes``):
+- a Gather: static data of rank >= 1 and a static result; the index a constant integer weight of
+  one element, of any shape (``[]`` drops the axis, ``[1]`` keeps it with size 1, ``[1, 1]`` puts
+  two size-1 axes in its place: the row-major order is the piece's in each case, so the reshape to
+  the result type is right); a negative axis counts from the end (``axis + rank``), a negative index
+  from the end of the axis (``i + n``), and either out of range leaves the Gather alone
+  (``gather_position``); no attribute but ``axis``; the ONNX domain;
+- a group: the Gathers of one tensor on one axis whose indices cover every index ``0..n-1``,
+  ``2 <= n <= 16``; repeated indices are fine (each Gather reads its piece); the data's element
+  type one the ``taso`` ops take (``TASO_ELEMS``; a complex or float8 tensor is left alone: its
+  split would not be a valid ``taso`` op);
+- a view: static operand and result of one element type (in ``TASO_ELEMS``), axes constants (or
+  absent), no other attributes.
+``prove()`` proves the Gather identity on every small shape, every index shape, axis and index
+(negative ones through ``gather_position``).
 """
 
 from __future__ import annotations
@@ -36,21 +56,28 @@ def _index(op: ir.Operation):
     shape, w = _shape(data), _owner(idx)
     if shape is None or not shape or w is None or w.name != "taso.weight" or _shape(op.results[0]) is None:
         return None
+    if str(ir.RankedTensorType(data.type).element_type) not in TASO_ELEMS:
+        return None  # (its split would not be a taso op)
     arr = dense_array(w.attributes["value"])
     if arr.size != 1 or arr.dtype.kind not in "iu":
         return None
     attrs = {na.name: na.attr for na in named(op.attributes)}
     if set(attrs) - {"axis"}:
         return None
-    axis = ir.IntegerAttr(attrs["axis"]).value if "axis" in attrs else 0
+    pos = gather_position(shape, ir.IntegerAttr(attrs["axis"]).value if "axis" in attrs else 0, int(arr.reshape(-1)[0]))
+    return None if pos is None else (data, *pos)
+
+
+def gather_position(shape: list, axis: int, index: int):
+    """(axis, index) of a Gather on a tensor of ``shape``, negative ones counted from the end (ONNX),
+    or None where either is out of range."""
     axis += len(shape) if axis < 0 else 0
     if not 0 <= axis < len(shape):
         return None
-    i = int(arr.reshape(-1)[0])
-    i += shape[axis] if i < 0 else 0
-    if not 0 <= i < shape[axis]:
+    index += shape[axis] if index < 0 else 0
+    if not 0 <= index < shape[axis]:
         return None
-    return data, axis, i
+    return axis, index
 
 
 def split_sizes(shape: list, axis: int) -> list:
@@ -146,8 +173,9 @@ def views_to_reshapes(f: ir.Operation) -> int:
 
 def prove(max_rank: int = 3, max_dim: int = 4) -> tuple:
     """Z3 proof, for every shape of up to ``max_rank`` axes of size 1..``max_dim``, every axis of size
-    >= 2 and every index on it, that element ``m`` of ``Gather(X, index, axis)`` (a scalar index: the
-    axis is dropped; a one-element index: kept with size 1) is element ``m`` of the reshaped piece
+    >= 2 and every index on it, each given also as a negative number (``gather_position``), that
+    element ``m`` of ``Gather(X, index, axis)`` (a scalar index: the axis is dropped; a one-element
+    index of rank 1 or 2: one or two axes of size 1 in its place) is element ``m`` of the reshaped piece
     ``piece_of(split_sizes(...), index)`` of the split, for a symbolic tensor ``X`` (an uninterpreted
     function of the flat index) and a symbolic in-range index ``m``. (``views_to_reshapes`` needs
     none: ONNX defines Squeeze, Unsqueeze and Flatten as reshapes, which keep the flat index.)
@@ -163,25 +191,29 @@ def prove(max_rank: int = 3, max_dim: int = 4) -> tuple:
     for rank in range(1, max_rank + 1):
         for shape in itertools.product(range(1, max_dim + 1), repeat=rank):
             shape = list(shape)
-            for axis in range(rank):
-                if shape[axis] < 2:
+            for given_axis in range(-rank, rank):
+                if shape[given_axis] < 2:
                     continue
-                sizes = split_sizes(shape, axis)
-                if sum(sizes) != shape[axis]:
-                    return z3.sat, ("split sizes", shape, axis, sizes)
-                for index in range(shape[axis]):
+                for given_index in range(-shape[given_axis], shape[given_axis]):
+                    pos = gather_position(shape, given_axis, given_index)
+                    # (ONNX: a negative axis or index counts from the end)
+                    if pos != (given_axis % rank, given_index % shape[given_axis]):
+                        return z3.sat, ("position", shape, given_axis, given_index)
+                    if given_axis < 0 or given_index < 0:
+                        continue  # (the element identity at that position is checked once, below)
+                    axis, index = pos
+                    sizes = split_sizes(shape, axis)
+                    if sum(sizes) != shape[axis]:
+                        return z3.sat, ("split sizes", shape, axis, sizes)
                     k = piece_of(sizes, index)
                     piece = shape[:axis] + [sizes[k]] + shape[axis + 1:]
-                    for keep in (False, True):
-                        out = shape[:axis] + ([1] if keep else []) + shape[axis + 1:]
+                    for keep in (0, 1, 2):  # the index's rank: the Gather puts that many axes of size 1 there
+                        out = shape[:axis] + [1] * keep + shape[axis + 1:]
                         if math.prod(out) != math.prod(piece):
                             return z3.sat, ("reshape size", shape, axis, index, keep)
                         m = [z3.Int(f"m{d}") for d in range(len(out))]
-                        src = list(m)
-                        if keep:
-                            src[axis] = z3.IntVal(index) + src[axis]  # (m[axis] is 0)
-                        else:
-                            src.insert(axis, z3.IntVal(index))
+                        # ONNX: out[a.., j.., b..] = X[a.., index[j..], b..] (j.. all 0)
+                        src = m[:axis] + [z3.IntVal(index)] + m[axis + keep:]
                         lhs = _flat(src, shape)
                         pidx = _unflat(_flat(m, out), piece)  # reshape keeps the flat index
                         pidx[axis] = pidx[axis] + sum(sizes[:k])
@@ -192,5 +224,5 @@ def prove(max_rank: int = 3, max_dim: int = 4) -> tuple:
                         r = sv.check()
                         cases += 1
                         if r != z3.unsat:
-                            return r, ("gather", shape, axis, index, keep)
+                            return r, ("gather", shape, given_axis, given_index, keep)
     return z3.unsat, cases
