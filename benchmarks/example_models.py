@@ -43,7 +43,7 @@ _I64 = TensorProto.INT64
 _FMIN = float(np.finfo(np.float32).min)
 
 
-class _Graph:
+class ModelGraph:
     """A tiny graph builder with PyTorch-exporter naming (scoped node names, ``_output_0`` values)."""
 
     def __init__(self, seed: int):
@@ -120,7 +120,7 @@ def _batch_dim(batch: int, dynamic_batch: bool):
 # (a) CNN
 
 
-def _conv_bn(g: _Graph, x: str, scope: str, pname: str, cin: int, cout: int, k: int, stride: int = 1,
+def _conv_bn(g: ModelGraph, x: str, scope: str, pname: str, cin: int, cout: int, k: int, stride: int = 1,
              group: int = 1, relu: bool = True) -> str:
     """Conv (no bias, as exported from ``nn.Conv2d(bias=False)``) + BatchNormalization [+ Relu]."""
     fan_in = (cin // group) * k * k
@@ -149,7 +149,7 @@ def build_cnn(batch: int = 1, image_size: int | tuple[int, int] = 32, in_channel
     depthwise Conv3x3-BN-Relu, Conv1x1-BN, a (projected when needed) shortcut, Add, Relu; head:
     GlobalAveragePool, Flatten, Gemm. Weights: about ``4 * sum(3.2 * w**2)`` bytes per block.
     """
-    g = _Graph(seed)
+    g = ModelGraph(seed)
     hw = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     nblocks = [blocks] * len(widths) if isinstance(blocks, int) else list(blocks)
     for w in widths:
@@ -191,7 +191,7 @@ def build_cnn(batch: int = 1, image_size: int | tuple[int, int] = 32, in_channel
 # (b) transformer encoder
 
 
-def _linear(g: _Graph, x: str, scope: str, pname: str, din: int, dout: int) -> str:
+def _linear(g: ModelGraph, x: str, scope: str, pname: str, din: int, dout: int) -> str:
     """``nn.Linear`` on a 3-D input as exported: MatMul with a transposed weight, then Add(bias, .)."""
     w = g.randn(g.onnx_name("MatMul"), (din, dout), 1.0 / math.sqrt(din))
     b = g.randn(f"{pname}.bias", (dout,), 0.02)
@@ -199,13 +199,13 @@ def _linear(g: _Graph, x: str, scope: str, pname: str, din: int, dout: int) -> s
     return g.node("Add", [b, y], scope)
 
 
-def _layer_norm(g: _Graph, x: str, scope: str, pname: str, d: int, eps: float) -> str:
+def _layer_norm(g: ModelGraph, x: str, scope: str, pname: str, d: int, eps: float) -> str:
     gamma = g.init(f"{pname}.weight", g.rng.uniform(0.8, 1.2, d).astype(np.float32))
     beta = g.init(f"{pname}.bias", (g.rng.standard_normal(d) * 0.02).astype(np.float32))
     return g.node("LayerNormalization", [x, gamma, beta], scope, axis=-1, epsilon=eps)
 
 
-def _batch_seq(g: _Graph, x: str, scope: str) -> tuple[str, str]:
+def _batch_seq(g: ModelGraph, x: str, scope: str) -> tuple[str, str]:
     """Shape(x) -> Gather(0), Gather(1) -> Unsqueeze: the exporter's dynamic ``x.size(0), x.size(1)``."""
     shp = g.node("Shape", [x], scope)
     b = g.node("Gather", [shp, g.const(0, scope)], scope, axis=0)
@@ -232,7 +232,7 @@ def build_transformer(batch: int = 1, seq_len: int = 16, vocab_size: int = 100, 
         raise ValueError("seq_len must be <= max_positions")
     d_ff = d_ff or 4 * d_model
     dh = d_model // num_heads
-    g = _Graph(seed)
+    g = ModelGraph(seed)
     bdim = _batch_dim(batch, dynamic_batch)
     ids = g.input("input_ids", _I64, [bdim, seq_len])
     mask = g.input("attention_mask", _I64, [bdim, seq_len])
@@ -327,7 +327,7 @@ def build_transformer(batch: int = 1, seq_len: int = 16, vocab_size: int = 100, 
 # (c) Inception-like blocks
 
 
-def _conv_relu(g: _Graph, x: str, scope: str, pname: str, cin: int, cout: int, k: int, stride: int = 1,
+def _conv_relu(g: ModelGraph, x: str, scope: str, pname: str, cin: int, cout: int, k: int, stride: int = 1,
                same: bool = False) -> str:
     w = g.randn(f"{pname}.weight", (cout, cin, k, k), math.sqrt(2.0 / (cin * k * k)))
     b = g.randn(f"{pname}.bias", (cout,), 0.05)
@@ -346,7 +346,7 @@ def build_inception(batch: int = 1, image_size: int | tuple[int, int] = 17, in_c
     channels; after every block but the last a reduction MaxPool 3x3/2 SAME_UPPER, and after the first
     an AveragePool 2x2/2 SAME_UPPER (count_include_pad=0); head: GlobalAveragePool, Flatten, Gemm.
     """
-    g = _Graph(seed)
+    g = ModelGraph(seed)
     hw = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     bdim = _batch_dim(batch, dynamic_batch)
     x = g.input("input", _F, [bdim, in_channels, hw[0], hw[1]])

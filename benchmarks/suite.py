@@ -46,7 +46,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from .example_models import _Graph
+from .example_models import ModelGraph
 
 _F = TensorProto.FLOAT
 _I64 = TensorProto.INT64
@@ -75,8 +75,8 @@ def _out(size: int, k: int, s: int, p_total: int, ceil: bool = False) -> int:
     return (-(-num // s) if ceil else num // s) + 1
 
 
-class _Net(_Graph):
-    """``_Graph`` with the layers the CNN builders share."""
+class _Net(ModelGraph):
+    """``ModelGraph`` with the layers the CNN builders share."""
 
     def conv(self, x: _Shape, scope: str, pname: str, cout: int, k, stride=1, pad=None, group: int = 1,
              bias: bool = False) -> _Shape:
@@ -166,7 +166,7 @@ def build_bert(batch: int = 1, seq_len: int = 64, hidden: int = 1024, heads: int
         raise ValueError("hidden must be a multiple of heads")
     ffn = ffn or 4 * hidden
     dh = hidden // heads
-    g = _Graph(seed)
+    g = ModelGraph(seed)
     x = g.input("hidden_states", _F, [batch, seq_len, hidden])
     mask = g.input("attention_mask", _I64, [batch, seq_len])
     m = g.node("Unsqueeze", [mask, g.const([1, 2])], "")
@@ -369,7 +369,7 @@ def build_nasrnn(steps: int = 5, hidden: int = 512, batch: int = 1, seed: int = 
     l2_2 = tanh(l1_4 * l1_5), l2_3 = sigmoid(l1_6 + l1_7); c' = l2_0 * l2_1; h' = tanh(c' * tanh(l2_2 + l2_3)).
     Initial h and c are zeros (Constant).
     """
-    g = _Graph(seed)
+    g = ModelGraph(seed)
     xs = g.input("x", _F, [steps, batch, hidden])
     h = g.const(np.zeros((batch, hidden), np.float32), "/init")
     c = g.const(np.zeros((batch, hidden), np.float32), "/init")

@@ -377,7 +377,7 @@ def _typed_plan(plan, n: _Node) -> Optional[list]:
     return out
 
 
-class _Weights:
+class Weights:
     """One function's weights: unique names for the weights the conversion makes, and the transposed
     weights made for raised nodes (one per source weight, shared by all its readers)."""
 
@@ -427,21 +427,21 @@ class _Weights:
         return name
 
 
-def _weight_of(v) -> Optional[ir.Operation]:
+def weight_of(v) -> Optional[ir.Operation]:
     """The ``taso.weight`` op producing ``v``, else None."""
     owner = v.owner
     op = getattr(owner, "operation", owner)
     return op if isinstance(op, ir.Operation) and op.name == "taso.weight" else None
 
 
-def _transposed_weight(v, perm, weights: _Weights) -> Optional[ir.Value]:
+def _transposed_weight(v, perm, weights: Weights) -> Optional[ir.Value]:
     """``transpose(v, perm)`` for a weight ``v`` as a new weight (its value transposed in numpy, its name
     ``<name>.T`` made unique), made once per weight and permutation; None if ``v`` is not a weight whose
     value numpy can read (bf16, ...): the caller keeps a ``taso.transpose``."""
     key = (v, tuple(perm))
     if key in weights.transposed:
         return weights.transposed[key]
-    w = _weight_of(v)
+    w = weight_of(v)
     if w is None:
         return None
     value = w.attributes["value"]
@@ -709,7 +709,7 @@ def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset:
         vmap[a] = b
     none_value = None
     returned = None
-    weights = _Weights(old_block, in_names + list(out_names or ()))
+    weights = Weights(old_block, in_names + list(out_names or ()))
 
     def none():
         nonlocal none_value
@@ -781,7 +781,7 @@ def _convert_func(fop: ir.Operation, res: _Resources, where: str, default_opset:
     new.attributes["sym_name"] = name
 
 
-def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, weights: _Weights,
+def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, weights: Weights,
                   opset: int = DEFAULT_OPSET) -> None:
     o = n.old
     # Constants (the importer's initializers, onnx-mlir's onnx.Constant) -> taso.weight

@@ -134,7 +134,7 @@ def random_feeds(session, rng: np.random.Generator, like=None, bounds: Optional[
     has in ``like`` (a session of the model made static with ``--input-shape``, or ``input_shapes`` of
     it), else 1. An integer input is drawn from 0 up to its bound in ``bounds`` (``index_bounds``), else
     0 or 1."""
-    from .ops import _max_materialize_bytes
+    from .ops import max_materialize_bytes
 
     if like is None:
         fixed = {}
@@ -153,7 +153,7 @@ def random_feeds(session, rng: np.random.Generator, like=None, bounds: Optional[
             other = i.shape
         shape = [d if isinstance(d, int) else (o if isinstance(o, int) else 1) for d, o in zip(i.shape, other)]
         total += int(np.prod(shape, dtype=object)) * 8  # (drawn in float64 / int64, then cast)
-        if total > _max_materialize_bytes() // 4:
+        if total > max_materialize_bytes() // 4:
             raise TasoError(f"random inputs for the model (input '{i.name}' of shape {shape}) would take "
                             f"{total / 2**30:.3g} GiB, too much to run it on this machine")
         if np.issubdtype(dt, np.floating):

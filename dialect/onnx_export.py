@@ -20,7 +20,7 @@ from onnx import helper, numpy_helper
 
 from .errors import TasoError, one_line
 from .mlir import ir
-from .ops import (_max_materialize_bytes, dense_array, int_value, loc_name, named, pyval, str_list, str_value,
+from .ops import (max_materialize_bytes, dense_array, int_value, loc_name, named, pyval, str_list, str_value,
                   taso_attrs, type_shape)
 from .convert_onnx_to_taso import read_opsets
 from .specs import SpecError, spec
@@ -50,7 +50,7 @@ class _Names:
 class ExportSite:
     """What a spec's ``to_onnx`` sees of one `taso` op."""
 
-    def __init__(self, ex: "_Exporter", op: ir.Operation, inputs, outputs):
+    def __init__(self, ex: "Exporter", op: ir.Operation, inputs, outputs):
         self._ex, self._op = ex, op
         self.attrs = {k: v for k, v in taso_attrs(op).items() if k not in ("value", "name")}
         self.inputs, self.outputs = inputs, outputs
@@ -79,7 +79,7 @@ class ExportSite:
         self._ex.fold_constant(self._op, self.outputs[0])
 
 
-class _Exporter:
+class Exporter:
     def __init__(self, fop: ir.Operation):
         self.fop = fop
         fattrs = {na.name: na.attr for na in named(fop.attributes)}
@@ -132,7 +132,7 @@ class _Exporter:
             _, elem = parse_tensor_type(op.results[0].type)
             _np_dtype(elem)  # a type numpy can hold, before computing the constant
             nbytes = int(np.prod(shape, dtype=object)) * 8
-            if nbytes > _max_materialize_bytes():
+            if nbytes > max_materialize_bytes():
                 raise TasoError(f"{op.location}: '{op.name}' of type {op.results[0].type} is too large to write out "
                                 f"({nbytes / 2**30:.3g} GiB)")
             arr = spec(op.name).ref([], {}, [shape])[0]
@@ -338,7 +338,7 @@ def export_onnx(module) -> onnx.ModelProto:
         raise TasoError(f"ONNX export needs exactly one function in the module, found {len(funcs)}")
     _check_graph_form(module, funcs[0])
     with module.context:
-        model = _Exporter(funcs[0]).run()
+        model = Exporter(funcs[0]).run()
         _add_functions(module, model)
         check_exported(model)
         return model

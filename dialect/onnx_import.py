@@ -24,7 +24,7 @@ from onnx import numpy_helper
 
 from .errors import TasoError, one_line
 from .mlir import ir, onnx_importer
-from .types import _TABLE, numpy_dtype, onnx_dtype_name
+from .types import DTYPE_TABLE, numpy_dtype, onnx_dtype_name
 
 #: Node attribute that carries a node's domain through the upstream importer (which drops it).
 DOMAIN_ATTR = "taso_domain"
@@ -136,7 +136,7 @@ def _attr_problems(graph: onnx.GraphProto):
                 for t in [a.t]:
                     if t.data_type == onnx.TensorProto.STRING:
                         yield node, a, "string tensors are not supported"
-                    elif t.data_type not in _TABLE or _TABLE[t.data_type][1] is None:
+                    elif t.data_type not in DTYPE_TABLE or DTYPE_TABLE[t.data_type][1] is None:
                         yield node, a, f"{onnx_dtype_name(t.data_type)} tensors are not supported in attributes"
 
 
@@ -158,7 +158,7 @@ def _value_type_ok(vi: onnx.ValueInfoProto) -> Optional[str]:
         return "its element type is unknown"
     if t.tensor_type.elem_type == onnx.TensorProto.STRING:
         return "it is a string tensor; string tensors are not supported"
-    if t.tensor_type.elem_type not in _TABLE:
+    if t.tensor_type.elem_type not in DTYPE_TABLE:
         return f"its element type {onnx_dtype_name(t.tensor_type.elem_type)} is not supported"
     return None
 

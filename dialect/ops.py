@@ -119,7 +119,7 @@ def str_list(attr: ir.Attribute, what: str) -> list[str]:
 NUMPY_ELEMS = frozenset({"f16", "f32", "f64", "i1"} | {f"{s}i{w}" for s in ("", "s", "u") for w in (8, 16, 32, 64)})
 
 
-def _max_materialize_bytes() -> int:
+def max_materialize_bytes() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
     except (ValueError, OSError, AttributeError):
@@ -137,7 +137,7 @@ def dense_array(attr: ir.Attribute, what: str = "dense attribute") -> np.ndarray
         nbytes = max(1, int(re.search(r"\d+", elem).group()) // 8)
         for d in st.shape:
             nbytes *= d
-        if nbytes > _max_materialize_bytes():
+        if nbytes > max_materialize_bytes():
             raise TasoError(f"{what} of type {attr.type} is too large ({nbytes / 2**30:.3g} GiB)")
     try:
         return np.array(attr)

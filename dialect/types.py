@@ -12,7 +12,7 @@ from .mlir import ir
 
 P = onnx.TensorProto
 # ONNX data type -> (MLIR element type spelling, numpy dtype or None when numpy cannot hold it)
-_TABLE = {
+DTYPE_TABLE = {
     P.FLOAT: ("f32", np.float32),
     P.DOUBLE: ("f64", np.float64),
     P.FLOAT16: ("f16", np.float16),
@@ -31,7 +31,7 @@ _TABLE = {
     P.COMPLEX64: ("complex<f32>", None),
     P.COMPLEX128: ("complex<f64>", None),
 }
-_BY_MLIR = {v[0]: k for k, v in _TABLE.items()}
+_BY_MLIR = {v[0]: k for k, v in DTYPE_TABLE.items()}
 # signless spellings that onnx-mlir prints
 _BY_MLIR.update({"i8": P.INT8, "i16": P.INT16, "i32": P.INT32, "i64": P.INT64})
 
@@ -44,15 +44,15 @@ def onnx_dtype_name(dt: int) -> str:
 
 
 def mlir_elem(dt: int) -> str:
-    if dt not in _TABLE:
+    if dt not in DTYPE_TABLE:
         raise TasoError(f"unsupported tensor element type {onnx_dtype_name(dt)}")
-    return _TABLE[dt][0]
+    return DTYPE_TABLE[dt][0]
 
 
 def numpy_dtype(dt: int):
-    if dt not in _TABLE or _TABLE[dt][1] is None:
+    if dt not in DTYPE_TABLE or DTYPE_TABLE[dt][1] is None:
         raise TasoError(f"unsupported tensor element type {onnx_dtype_name(dt)} for weight data")
-    return _TABLE[dt][1]
+    return DTYPE_TABLE[dt][1]
 
 
 def onnx_dtype_of_mlir(elem: str) -> int:

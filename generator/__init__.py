@@ -1,1 +1,1 @@
-"""taso_mlir.generator (see DESIGN.md); not built yet."""
+"""taso_mlir.generator: graph enumeration, fingerprints, candidate pruning, the shape sampler and the rules files (docs/rules.md)."""

@@ -3,8 +3,8 @@
 Header: ``{"format": FORMAT, "config": <generator config>, "counts": {stage: n}, "times_s": {...},
 "preconditions": [...], "commutative": [...], "verification": {...}}``.
 
-Record: ``{"id", "src", "dst", "outputs", "inputs", "directions", "preconditions", "fingerprint",
-"variants", "proof"}`` where ``src``/``dst`` are ``graph.Graph.to_json()``, output i of src maps to
+Record: ``{"id", "src", "dst", "inputs", "directions", "fingerprint", "ops", "text", "variants",
+"proof"}`` (``ops``: the op count of each side; ``text``: both sides in one line each) where ``src``/``dst`` are ``graph.Graph.to_json()``, output i of src maps to
 output i of dst, ``inputs`` gives each input variable's generator shape and kind, ``directions`` lists
 the usable directions ("forward": src -> dst, "backward": dst -> src), ``variants`` counts the shape
 variants at which both sides were checked numerically, and ``proof`` is ``{"status", "time_s",

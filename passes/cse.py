@@ -15,14 +15,14 @@ from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.ops import named
 
-from .fold_generic import _RANDOM
+from .fold_generic import RANDOM_OPS
 
 
 def _key(op: ir.Operation):
     if op.name in ("taso.weight", "func.return") or len(op.regions) or "taso.domain" in op.attributes:
         return None
     if op.name.startswith("onnx."):
-        if op.name[len("onnx."):] in _RANDOM:
+        if op.name[len("onnx."):] in RANDOM_OPS:
             return None
     elif not op.name.startswith("taso."):
         return None

@@ -41,33 +41,14 @@ import math
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.handles import check_live, each_live, erase_op, ir_step, ops_of, replace_uses, set_operand
 from taso_mlir.dialect.ops import create_taso_op, taso_attrs
-
-
-def _shape(v: ir.Value):
-    t = ir.RankedTensorType(v.type)
-    return list(t.shape) if t.has_static_shape else None
-
-
-def _owner(v: ir.Value):
-    o = v.owner
-    return o.operation if isinstance(o, ir.OpView) else (o if isinstance(o, ir.Operation) else None)
-
-
-def _user(use) -> ir.Operation:
-    """The op of a use of a value."""
-    o = use.owner
-    return o.operation if isinstance(o, ir.OpView) else o
-
-
-def _tensor(shape, like: ir.Value) -> ir.Type:
-    return ir.RankedTensorType.get(list(shape), ir.RankedTensorType(like.type).element_type)
+from .ir_util import static_shape, defining_op, use_owner, tensor_like, op_sig
 
 
 def _projection(op: ir.Operation, x: ir.Value) -> bool:
     """A taso.matmul reading ``x`` (static, rank >= 3) as its left operand and a static 2-D right one."""
     if op.name != "taso.matmul" or len(op.operands) not in (2, 3) or op.operands[0] != x:
         return False  # (a third operand is a bias, one value per output column: it reshapes with W)
-    xs, ws = _shape(op.operands[0]), _shape(op.operands[1])
+    xs, ws = static_shape(op.operands[0]), static_shape(op.operands[1])
     return xs is not None and ws is not None and len(xs) >= 3 and len(ws) == 2
 
 
@@ -94,7 +75,7 @@ def flatten_shared_matmuls(f: ir.Operation) -> int:
         seen.add(x)
         group = []
         for use in x.uses:
-            u = _user(use)
+            u = use_owner(use)
             if use.operand_number == 0 and _projection(u, x) and not any(u == g for g in group):
                 group.append(u)
         if len(group) >= 2:
@@ -105,15 +86,15 @@ def flatten_shared_matmuls(f: ir.Operation) -> int:
         for m in group:
             check_live(m, "a matmul of a group found before the rewrites")
         x = group[0].operands[0]  # live: an earlier group may have replaced the value the group was found by
-        xs = _shape(x)
+        xs = static_shape(x)
         rows = math.prod(xs[:-1])
         with ir.InsertionPoint(group[0]):  # before the first reader, after x
-            r = create_taso_op("reshape", [x], [_tensor([rows, xs[-1]], x)], {"shape": [rows, xs[-1]]},
+            r = create_taso_op("reshape", [x], [tensor_like([rows, xs[-1]], x)], {"shape": [rows, xs[-1]]},
                                loc=group[0].location)
         for m in group:
-            out = _shape(m.results[0])
+            out = static_shape(m.results[0])
             with ir.InsertionPoint(m):
-                m2 = create_taso_op("matmul", [r.results[0]] + list(m.operands)[1:], [_tensor([rows, out[-1]], x)],
+                m2 = create_taso_op("matmul", [r.results[0]] + list(m.operands)[1:], [tensor_like([rows, out[-1]], x)],
                                     taso_attrs(m), loc=m.location)
                 back = create_taso_op("reshape", [m2.results[0]], [m.results[0].type], {"shape": out},
                                       loc=m.location)
@@ -127,13 +108,13 @@ def _flattened_matmul(v: ir.Value):
     """``v`` = ``matmul(reshape(x, [rows, K]), W)`` as the flattening writes it: ``x`` static of rank 3 or
     more (``lead + [K]``, ``prod(lead) = rows``), ``W`` 2-D, and ``v`` the matmul's only use. Returns
     (the matmul, the reshape, x's shape, W's shape), else None."""
-    m = _owner(v)
+    m = defining_op(v)
     if m is None or m.name != "taso.matmul" or sum(1 for _ in m.results[0].uses) != 1:
         return None
-    flat = _owner(m.operands[0])
+    flat = defining_op(m.operands[0])
     if flat is None or flat.name != "taso.reshape":
         return None
-    xs, ws, ys = _shape(flat.operands[0]), _shape(m.operands[1]), _shape(m.operands[0])
+    xs, ws, ys = static_shape(flat.operands[0]), static_shape(m.operands[1]), static_shape(m.operands[0])
     if None in (xs, ws, ys) or len(xs) < 3 or len(ws) != 2 or ys != [math.prod(xs[:-1]), xs[-1]]:
         return None
     return m, flat, xs, ws
@@ -155,7 +136,7 @@ def unflatten_matmuls(f: ir.Operation) -> int:
         if found is None:
             continue
         m, flat, xs, ws = found
-        if _shape(back.results[0]) != xs[:-1] + [ws[-1]]:
+        if static_shape(back.results[0]) != xs[:-1] + [ws[-1]]:
             continue
         x = flat.operands[0]
         with ir.InsertionPoint(back):
@@ -180,7 +161,6 @@ def unflatten_split_matmuls(f: ir.Operation, cost_model) -> int:
     ``cost-model=cpu`` a 3-D MatMul + Add can time slower than the 2-D Gemm). The element identity
     is ``unflatten_matmuls``'s (``prove``) with split's on the column index (``check_split_identity``).
     Returns the number of splits rewritten."""
-    from .lift_elementwise import _sig
 
     block = f.regions[0].blocks[0]
     done = 0
@@ -192,27 +172,27 @@ def unflatten_split_matmuls(f: ir.Operation, cost_model) -> int:
         if found is None:
             continue
         m, flat, xs, ws = found
-        x, ys = flat.operands[0], _shape(m.operands[0])
+        x, ys = flat.operands[0], static_shape(m.operands[0])
         lead = xs[:-1]
-        users = [[_user(u) for u in r.uses] for r in split.results]
+        users = [[use_owner(u) for u in r.uses] for r in split.results]
         sizes = list(taso_attrs(split)["sizes"])
-        gone = [u for us in users for u in us if u.name == "taso.reshape" and _shape(u.results[0]) == lead + [_shape(u.operands[0])[-1]]]
+        gone = [u for us in users for u in us if u.name == "taso.reshape" and static_shape(u.results[0]) == lead + [static_shape(u.operands[0])[-1]]]
         added = [i for i, us in enumerate(users) if any(u.name != "taso.reshape" for u in us)]
         flat_goes = sum(1 for _ in flat.results[0].uses) == 1
         if flat_goes:
             gone.append(flat)
         dtype = str(ir.RankedTensorType(x.type).element_type)
-        weights = (False,) + tuple(_owner(v) is not None and _owner(v).name == "taso.weight" for v in list(m.operands)[1:])
-        operand_shapes = [_shape(v) for v in list(m.operands)[1:]]
+        weights = (False,) + tuple(defining_op(v) is not None and defining_op(v).name == "taso.weight" for v in list(m.operands)[1:])
+        operand_shapes = [static_shape(v) for v in list(m.operands)[1:]]
         n = ws[-1]
         rows = ys[0]
 
         def cost(kind, attrs, ins, outs, w=None):
-            return cost_model.cost(_sig(kind, attrs, ins, outs, dtype, w or (False,) * len(ins)))
+            return cost_model.cost(op_sig(kind, attrs, ins, outs, dtype, w or (False,) * len(ins)))
 
         old_cost = (cost("matmul", taso_attrs(m), [ys] + operand_shapes, [[rows, n]], weights)
                     + cost("split", {"axis": 1, "sizes": sizes}, [[rows, n]], [[rows, k] for k in sizes])
-                    + sum(cost("reshape", {"shape": _shape(u.results[0])}, [_shape(u.operands[0])], [_shape(u.results[0])])
+                    + sum(cost("reshape", {"shape": static_shape(u.results[0])}, [static_shape(u.operands[0])], [static_shape(u.results[0])])
                           for u in gone))
         new_cost = (cost("matmul", taso_attrs(m), [xs] + operand_shapes, [lead + [n]], weights)
                     + cost("split", {"axis": len(lead), "sizes": sizes}, [lead + [n]], [lead + [k] for k in sizes])
@@ -221,16 +201,16 @@ def unflatten_split_matmuls(f: ir.Operation, cost_model) -> int:
         if new_cost >= old_cost:
             continue
         with ir.InsertionPoint(split):
-            m3 = create_taso_op("matmul", [x] + list(m.operands)[1:], [_tensor(lead + [ws[-1]], x)], taso_attrs(m),
+            m3 = create_taso_op("matmul", [x] + list(m.operands)[1:], [tensor_like(lead + [ws[-1]], x)], taso_attrs(m),
                                 loc=m.location)
-            s3 = create_taso_op("split", [m3.results[0]], [_tensor(lead + [n], x) for n in sizes],
+            s3 = create_taso_op("split", [m3.results[0]], [tensor_like(lead + [n], x) for n in sizes],
                                 {"axis": len(lead), "sizes": sizes}, loc=split.location)
         for i, piece in enumerate(split.results):
             new = s3.results[i]
             flat_piece = None
             for u in users[i]:
                 if u.name == "taso.reshape":
-                    if _shape(u.results[0]) == lead + [sizes[i]]:
+                    if static_shape(u.results[0]) == lead + [sizes[i]]:
                         replace_uses(u.results[0], new)
                         erase_op(u)
                     else:
@@ -238,7 +218,7 @@ def unflatten_split_matmuls(f: ir.Operation, cost_model) -> int:
                     continue
                 if flat_piece is None:
                     with ir.InsertionPoint(split):  # (after the new split, before every user of the old)
-                        flat_piece = create_taso_op("reshape", [new], [piece.type], {"shape": _shape(piece)},
+                        flat_piece = create_taso_op("reshape", [new], [piece.type], {"shape": static_shape(piece)},
                                                     loc=split.location)
                 for k, operand in enumerate(u.operands):
                     if operand == piece:

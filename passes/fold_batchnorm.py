@@ -41,7 +41,7 @@ from typing import Optional
 
 import numpy as np
 
-from taso_mlir.dialect.convert_onnx_to_taso import _weight_of, _Weights
+from taso_mlir.dialect.convert_onnx_to_taso import weight_of, Weights
 from taso_mlir.dialect.errors import TasoError
 from taso_mlir.dialect.handles import check_live, erase_op, ir_step, replace_uses
 from taso_mlir.dialect.mlir import ir
@@ -93,7 +93,7 @@ def _site(bn: ir.Operation) -> Optional[tuple]:
     if _attrs(conv).get("activation") != "none":
         return None
     conv_params = list(conv.operands)[1:]
-    ws = [_weight_of(v) for v in conv_params + list(bn.operands)[1:]]
+    ws = [weight_of(v) for v in conv_params + list(bn.operands)[1:]]
     if any(w is None for w in ws):
         return None
     elems = {str(ir.ShapedType(v.type).element_type) for v in list(conv.operands) + list(bn.operands)}
@@ -111,7 +111,7 @@ def fold_function(f: ir.Operation) -> int:
     sites = find_sites(f, "taso.batchnorm", _site)
     if not sites:
         return 0
-    names = _Weights(f.regions[0].blocks[0])
+    names = Weights(f.regions[0].blocks[0])
     folded = 0
     # (sites are found first; a fold erases its batchnorm and convolution, which are in no other site,
     # and of its weights those nothing uses any more, which a site not yet folded would still use)
@@ -150,12 +150,12 @@ def fold_function(f: ir.Operation) -> int:
         erase_op(conv)
         for v in params:  # the source weights nothing reads any more
             if not any(True for _ in v.uses):
-                erase_op(_weight_of(v))
+                erase_op(weight_of(v))
         folded += 1
     return folded
 
 
-def _new_weight(names: _Weights, src: ir.Operation, value: np.ndarray, ttype: ir.Type) -> ir.Operation:
+def _new_weight(names: Weights, src: ir.Operation, value: np.ndarray, ttype: ir.Type) -> ir.Operation:
     """A weight named ``<src's name>.bn`` (made unique) holding ``value`` rounded to ``ttype``."""
     name = names.fresh(str_value(src.attributes["name"], f"{src.location}: weight name") + ".bn")
     return new_weight(name, value, ttype, loc=ir.Location.name(name, childLoc=src.location))

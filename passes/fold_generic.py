@@ -28,7 +28,7 @@ from taso_mlir.dialect.ops import dense_array, named, new_weight, type_shape
 #: the most elements a folded result may have (masks and scales are small; activations are not)
 MAX_ELEMENTS = 1 << 16
 #: ONNX ops whose result is not a function of their operands
-_RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
                      "Bernoulli", "Dropout"})
 
 
@@ -37,7 +37,7 @@ def fold_generic(f: ir.Operation, prefix: str, names: set) -> int:
     """Replace the uses of every constant result of a generic op of function ``f`` by a new weight named
     ``<prefix><i>`` (not in ``names``, which the new names are added to), and erase the op. Returns the
     number of ops folded."""
-    from taso_mlir.dialect.onnx_export import _Exporter
+    from taso_mlir.dialect.onnx_export import Exporter
 
     block = f.regions[0].blocks[0]
     known: dict = {}  # ir.Value -> np.ndarray, or None: a weight, read when needed
@@ -50,14 +50,14 @@ def fold_generic(f: ir.Operation, prefix: str, names: set) -> int:
         if not o.name.startswith("onnx.") or o.name == "onnx.NoValue" or "taso.domain" in o.attributes:
             continue
         op_type = o.name[len("onnx."):]
-        if op_type in _RANDOM or not len(o.results) or not all(_small(r.type) for r in o.results):
+        if op_type in RANDOM_OPS or not len(o.results) or not all(_small(r.type) for r in o.results):
             continue
         if op_type in ("Shape", "Size") and len(o.operands) == 1 and type_shape(o.operands[0].type) is not None:
             outs = [_shape_of(o, op_type)]
         elif len(o.operands) and all(v in known or str(v.type) == "none" for v in o.operands) \
                 and any(v in known for v in o.operands):
             if exporter is None:
-                exporter = _Exporter(f)
+                exporter = Exporter(f)
             outs = _evaluate(exporter, o, [None if str(v.type) == "none" else _read(v, known) for v in o.operands])
         else:
             continue

@@ -60,11 +60,11 @@ from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, repl
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import create_taso_op, dense_array, new_weight, taso_attrs
 
-from taso_mlir.dialect.convert_onnx_to_taso import _weight_of
+from taso_mlir.dialect.convert_onnx_to_taso import weight_of
 
-from .flatten_matmul import _owner, _shape
 from .fold_generic import MAX_ELEMENTS, fresh_name, weight_names
 from .rulebook import FLOAT_TYPES
+from .ir_util import static_shape, defining_op
 
 #: how far up from the scaled value a plan looks
 _DEPTH = 12
@@ -80,7 +80,7 @@ def _uses(v: ir.Value) -> int:
 
 def _scalar_weight(v: ir.Value) -> Optional[float]:
     """The value of a rank-0 (or one-element) float weight, else None."""
-    o = _weight_of(v)
+    o = weight_of(v)
     if o is None:
         return None
     t = ir.RankedTensorType(v.type)
@@ -93,7 +93,7 @@ def _scalar_weight(v: ir.Value) -> Optional[float]:
 
 
 def _float_weight(v: ir.Value) -> bool:
-    if _weight_of(v) is None:
+    if weight_of(v) is None:
         return False
     t = ir.RankedTensorType(v.type)
     if not _is_float(t.element_type) or not t.has_static_shape:
@@ -105,7 +105,7 @@ def absorb(v: ir.Value, s: float, depth: int = 0) -> Optional[list]:
     """Where to put the factor ``s`` so that ``v`` (not itself a weight) is scaled by it and nothing
     else that uses those weights changes: a list of (op, operand number) whose operand is a weight to
     scale at that use, or None (module docstring)."""
-    o = _owner(v)
+    o = defining_op(v)
     if depth > _DEPTH or o is None or _uses(v) != 1 or not o.name.startswith("taso."):
         return None
     if o.name == "taso.split":
@@ -153,16 +153,16 @@ def _absorb_piece(split: ir.Operation, k: int, s: float) -> Optional[list]:
     the last axis (GPT-2's packed Q, K, V projection), is scaled by scaling its columns of ``W`` and ``b``: the other pieces' columns are
     left as they are. Plan entries (op, operand number, (first column, end))."""
     a = taso_attrs(split)
-    rank = len(_shape(split.operands[0]))
+    rank = len(static_shape(split.operands[0]))
     if a["axis"] not in (rank - 1, -1):
         return None
     src = split.operands[0]
-    m = _owner(src)
+    m = defining_op(src)
     # (through reshapes that keep the last axis: a flattened projection's rows reshaped back)
     while m is not None and m.name == "taso.reshape" and _uses(src) == 1 \
-            and _shape(m.operands[0])[-1:] == _shape(src)[-1:]:
+            and static_shape(m.operands[0])[-1:] == static_shape(src)[-1:]:
         src = m.operands[0]
-        m = _owner(src)
+        m = defining_op(src)
     if m is None or m.name != "taso.matmul" or _uses(src) != 1:
         return None
     act = taso_attrs(m).get("activation", "none")
@@ -190,7 +190,7 @@ def _scaled(op: ir.Operation, i: int, cols, s: float) -> Optional[np.ndarray]:
     rounded once to its element type; None where that leaves the normal range (an overflow to inf, or a
     nonzero value that would lose precision as a subnormal or zero)."""
     v = op.operands[i]
-    arr = dense_array(_owner(v).attributes["value"]).astype(np.float64)
+    arr = dense_array(defining_op(v).attributes["value"]).astype(np.float64)
     if cols:
         arr[..., cols[0]:cols[1]] *= s
     else:
@@ -223,7 +223,7 @@ def _scale_weights(plan: list, names: set) -> None:
     at that operand; the old weight is left to dead-code elimination."""
     for op, i, arr in plan:
         v = op.operands[i]
-        w = _owner(v)
+        w = defining_op(v)
         base = ir.StringAttr(w.attributes["name"]).value
         with ir.InsertionPoint(w):
             nw = new_weight(fresh_name(f"{base}.scaled", names), arr, v.type, loc=w.location)

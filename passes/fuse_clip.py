@@ -46,7 +46,7 @@ from typing import Optional
 
 import numpy as np
 
-from taso_mlir.dialect.convert_onnx_to_taso import _weight_of
+from taso_mlir.dialect.convert_onnx_to_taso import weight_of
 from taso_mlir.dialect.errors import TasoError
 from taso_mlir.dialect.handles import check_live, erase_op, ir_step, replace_uses
 from taso_mlir.dialect.mlir import ir
@@ -61,7 +61,7 @@ _FUSABLE = ("none", "relu")
 
 def _scalar(v: ir.Value) -> Optional[float]:
     """The value of a one-element ``taso.weight`` operand, else None."""
-    w = _weight_of(v)
+    w = weight_of(v)
     if w is None:
         return None
     try:
@@ -120,7 +120,7 @@ def fuse_function(f: ir.Operation) -> int:
     for clip, conv, relu in sites:
         for op in (clip, conv) + ((relu,) if relu is not None else ()):
             check_live(op, "an op of a ReLU6 site found before the fusions")
-        bounds = [_weight_of(v) for v in list(clip.operands)[1:]]  # (none in the attribute form)
+        bounds = [weight_of(v) for v in list(clip.operands)[1:]]  # (none in the attribute form)
         conv.attributes["activation"] = ir.StringAttr.get("relu6", context=conv.context)
         replace_uses(clip.results[0], conv.results[0])
         erase_op(clip)

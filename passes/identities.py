@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from taso_mlir.dialect.convert_onnx_to_taso import _weight_of
+from taso_mlir.dialect.convert_onnx_to_taso import weight_of
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.ops import dense_array
@@ -24,7 +24,7 @@ _NEUTRAL = {"taso.ewadd": 0.0, "taso.ewmul": 1.0, "taso.smul": 1.0}
 
 
 def _constant_value(v: ir.Value):
-    op = _weight_of(v)
+    op = weight_of(v)
     if op is None:
         return None
     value = op.attributes["value"]

@@ -48,9 +48,8 @@ import numpy as np
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.ops import create_taso_op, elem_type, taso_attrs
+from .ir_util import static_shape, defining_op, use_owner, tensor_like, op_sig
 
-from .flatten_matmul import _owner, _shape, _tensor, _user
-from .lift_elementwise import _sig
 
 _LAYOUT = ("taso.reshape", "taso.transpose")
 
@@ -139,14 +138,14 @@ def _chain(end: ir.Operation) -> list:
     result only the next op uses."""
     ops = [end]
     while True:
-        p = _owner(ops[0].operands[0])
+        p = defining_op(ops[0].operands[0])
         if p is None or p.name not in _LAYOUT or sum(1 for _ in p.results[0].uses) != 1:
             return ops
         ops.insert(0, p)
 
 
 def _steps(ops: list) -> list:
-    return [("transpose", list(taso_attrs(o)["perm"])) if o.name == "taso.transpose" else ("reshape", _shape(o.results[0]))
+    return [("transpose", list(taso_attrs(o)["perm"])) if o.name == "taso.transpose" else ("reshape", static_shape(o.results[0]))
             for o in ops]
 
 
@@ -163,9 +162,9 @@ def compose_layout_chains(f: ir.Operation, cost_model) -> int:
             continue
         ops = _chain(end)
         x = ops[0].operands[0]
-        shape = _shape(x)
+        shape = static_shape(x)
         if len(ops) < 2 or shape is None or not any(op.name == "taso.transpose" for op in ops) \
-                or any(_shape(op.results[0]) is None for op in ops):
+                or any(static_shape(op.results[0]) is None for op in ops):
             continue
         plan = chain_plan(shape, _steps(ops))
         if plan is None:
@@ -185,18 +184,18 @@ def compose_layout_chains(f: ir.Operation, cost_model) -> int:
 
 def _ends_chain(op: ir.Operation) -> bool:
     uses = list(op.results[0].uses)
-    return not (len(uses) == 1 and _user(uses[0]).name in _LAYOUT)
+    return not (len(uses) == 1 and use_owner(uses[0]).name in _LAYOUT)
 
 
 def _ops_cost(cm, ops: list, dtype: str) -> float:
     """What ``cm`` charges for ops (kind, attrs, in shape, out shape), as ``_plan_ops`` gives them."""
-    return sum(cm.cost(_sig(k, a, [si], [so], dtype, (False,))) for k, a, si, so in ops)
+    return sum(cm.cost(op_sig(k, a, [si], [so], dtype, (False,))) for k, a, si, so in ops)
 
 
 def _emit(v: ir.Value, ops: list, loc) -> ir.Value:
     """The ops (as ``_plan_ops`` gives them) applied to ``v``, created at the current insertion point."""
     for k, a, _si, so in ops:
-        v = create_taso_op(k, [v], [_tensor(so, v)], a, loc=loc).results[0]
+        v = create_taso_op(k, [v], [tensor_like(so, v)], a, loc=loc).results[0]
     return v
 
 
@@ -227,7 +226,7 @@ def _is_row_step(op: ir.Operation) -> bool:
     if op.name == "taso.transpose":
         perm = list(taso_attrs(op)["perm"])
         return perm[-1] == len(perm) - 1
-    a, b = _shape(op.operands[0]), _shape(op.results[0])
+    a, b = static_shape(op.operands[0]), static_shape(op.results[0])
     # (rank 2 at least on both sides: a matmul moved to either side needs rows)
     return a is not None and b is not None and len(a) >= 2 and len(b) >= 2 and a[-1] == b[-1]
 
@@ -242,9 +241,9 @@ def _forward_chain(v: ir.Value) -> list:
     ops = []
     while True:
         uses = list(v.uses)
-        if len(uses) != 1 or _user(uses[0]).name not in _LAYOUT:
+        if len(uses) != 1 or use_owner(uses[0]).name not in _LAYOUT:
             return ops
-        op = _user(uses[0])
+        op = use_owner(uses[0])
         ops.append(op)
         v = op.results[0]
 
@@ -253,8 +252,8 @@ def _row_matmul(op: ir.Operation) -> bool:
     """A matmul whose right operand is 2-D: it maps every row of its left operand alike."""
     if op.name != "taso.matmul" or len(op.operands) not in (2, 3):
         return False
-    x, w = _shape(op.operands[0]), _shape(op.operands[1])
-    return x is not None and w is not None and len(w) == 2 and len(x) >= 2 and _shape(op.results[0]) is not None
+    x, w = static_shape(op.operands[0]), static_shape(op.operands[1])
+    return x is not None and w is not None and len(w) == 2 and len(x) >= 2 and static_shape(op.results[0]) is not None
 
 
 def _layout_cost(cm, steps: list, shape: list, dtype: str) -> float:
@@ -288,7 +287,7 @@ def move_row_chains(f: ir.Operation, cost_model) -> int:
 
 
 def _chain_before(v: ir.Value) -> list:
-    p = _owner(v)
+    p = defining_op(v)
     if p is None or p.name not in _LAYOUT or sum(1 for _ in v.uses) != 1:
         return []
     return _chain(p)
@@ -305,16 +304,16 @@ def _sink(mm: ir.Operation, cm) -> bool:
         return False
     after = _forward_chain(mm.results[0])
     x0 = rows[0].operands[0]
-    if not _keeps_gemm(mm, len(_shape(x0))):
+    if not _keeps_gemm(mm, len(static_shape(x0))):
         return False
-    n = _shape(mm.results[0])[-1]
-    start = _shape(x0)[:-1] + [n]
+    n = static_shape(mm.results[0])[-1]
+    start = static_shape(x0)[:-1] + [n]
     dtype = str(elem_type(x0))
     joined = _with_last(_steps(rows), n) + _steps(after)
     plan = chain_plan(start, joined)
     if plan is None:
         return False
-    old = _layout_cost(cm, _steps(rows), _shape(x0), dtype) + _layout_cost(cm, _steps(after), _shape(mm.results[0]),
+    old = _layout_cost(cm, _steps(rows), static_shape(x0), dtype) + _layout_cost(cm, _steps(after), static_shape(mm.results[0]),
                                                                            dtype)
     new_ops = _plan_ops(start, plan)
     if _ops_cost(cm, new_ops, dtype) >= old:
@@ -343,22 +342,22 @@ def _hoist(mm: ir.Operation, cm) -> bool:
     x = mm.operands[0]
     before = _chain_before(x)
     x0 = before[0].operands[0] if before else x
-    kdim = _shape(x)[-1]
+    kdim = static_shape(x)[-1]
     dtype = str(elem_type(x))
     joined = _steps(before) + _with_last(_steps(rows), kdim)
-    plan = chain_plan(_shape(x0), joined)
+    plan = chain_plan(static_shape(x0), joined)
     if plan is None:
         return False
-    old = _layout_cost(cm, _steps(before), _shape(x0), dtype) + _layout_cost(cm, _steps(rows), _shape(mm.results[0]),
+    old = _layout_cost(cm, _steps(before), static_shape(x0), dtype) + _layout_cost(cm, _steps(rows), static_shape(mm.results[0]),
                                                                              dtype)
-    new_ops = _plan_ops(_shape(x0), plan)
-    if not _keeps_gemm(mm, len(new_ops[-1][3]) if new_ops else len(_shape(x0))):
+    new_ops = _plan_ops(static_shape(x0), plan)
+    if not _keeps_gemm(mm, len(new_ops[-1][3]) if new_ops else len(static_shape(x0))):
         return False
     if _ops_cost(cm, new_ops, dtype) >= old:
         return False
     last = rows[-1]
     with ir.InsertionPoint(last):
-        m2 = _clone_matmul(mm, _emit(x0, new_ops, mm.location), _shape(last.results[0]))
+        m2 = _clone_matmul(mm, _emit(x0, new_ops, mm.location), static_shape(last.results[0]))
     replace_uses(last.results[0], m2.results[0])
     for op in reversed(rows):
         erase_op(op)
@@ -371,13 +370,13 @@ def _hoist(mm: ir.Operation, cm) -> bool:
 def _keeps_gemm(mm: ir.Operation, new_rank: int) -> bool:
     """A biased matmul on a 2-D input is exported as one Gemm; on more axes as MatMul and Add (two
     kernels, which its cost does not count): a move must not take it there."""
-    return len(mm.operands) < 3 or len(_shape(mm.operands[0])) != 2 or new_rank == 2
+    return len(mm.operands) < 3 or len(static_shape(mm.operands[0])) != 2 or new_rank == 2
 
 
 def _clone_matmul(mm: ir.Operation, x: ir.Value, out_shape: list) -> ir.Operation:
     a = taso_attrs(mm)
     attrs = {k: v for k, v in a.items() if k in ("activation",)}
-    return create_taso_op("matmul", [x] + list(mm.operands)[1:], [_tensor(out_shape, x)], attrs, loc=mm.location)
+    return create_taso_op("matmul", [x] + list(mm.operands)[1:], [tensor_like(out_shape, x)], attrs, loc=mm.location)
 
 
 # ---------------------------------------------------------------------------------------------

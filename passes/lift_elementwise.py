@@ -47,8 +47,8 @@ from taso_mlir.dialect import specs
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.ops import create_taso_op, elem_type, taso_attrs
+from .ir_util import static_shape, defining_op, use_owner, op_sig
 
-from .flatten_matmul import _owner, _shape, _user
 
 BINARY = ("ewadd", "ewmul")
 UNARY = ("relu", "sigmoid", "tanh")
@@ -165,30 +165,22 @@ def prove_shapes() -> list:
 
 
 def _split_of(v: ir.Value) -> Optional[tuple[ir.Operation, int]]:
-    o = _owner(v)
+    o = defining_op(v)
     if o is None or o.name != "taso.split":
         return None
     return o, ir.OpResult(v).result_number
 
 
-def _sig(kind: str, attrs: dict, ins: list, outs: list, dtype: str, weights: tuple):
-    from .cost import OpSig
-    from .tgraph import _attrs_tuple
-
-    return OpSig(kind, _attrs_tuple(specs.spec(kind).complete_attrs(attrs)), tuple(tuple(s) for s in ins),
-                 tuple(tuple(s) for s in outs), dtype, False, weights)
-
-
 def split_cost(cost_model, split: ir.Operation) -> float:
     """What ``cost_model`` charges for the ``taso.split`` op ``split``."""
     a = taso_attrs(split)
-    return cost_model.cost(_sig("split", {"axis": a["axis"], "sizes": list(a["sizes"])}, [_shape(split.operands[0])],
-                                [_shape(r) for r in split.results], str(elem_type(split.operands[0])), (False,)))
+    return cost_model.cost(op_sig("split", {"axis": a["axis"], "sizes": list(a["sizes"])}, [static_shape(split.operands[0])],
+                                [static_shape(r) for r in split.results], str(elem_type(split.operands[0])), (False,)))
 
 
 def goes_with(split: ir.Operation, ops: list) -> bool:
     """Nothing but ``ops`` uses ``split``'s results: lifting them removes it too."""
-    return all(any(_user(u) == op for op in ops) for r in split.results for u in r.uses)
+    return all(any(use_owner(u) == op for op in ops) for r in split.results for u in r.uses)
 
 
 def lift_until_done(block: ir.Block, lift_at) -> None:
@@ -197,7 +189,7 @@ def lift_until_done(block: ir.Block, lift_at) -> None:
     it returns True (then the list of ops, taken before, is not walked further)."""
     while True:
         for op in each_live(ops_of(block)):
-            if op.name == "taso.split" and _shape(op.operands[0]) is not None and lift_at(op):
+            if op.name == "taso.split" and static_shape(op.operands[0]) is not None and lift_at(op):
                 break
         else:
             return
@@ -216,15 +208,15 @@ class _Lifter:
                splits: tuple = ()) -> bool:
         """The op on the whole and its split cost less than the ops on ``pieces`` (and than each of
         ``splits`` that nothing but ``ops``, the ops lifted, uses: it goes with them)."""
-        whole = _shape(split.operands[0])
+        whole = static_shape(split.operands[0])
         if whole is None:
             return False
         dtype = str(elem_type(split.operands[0]))
-        pshapes = [_shape(r) for r in split.results]
+        pshapes = [static_shape(r) for r in split.results]
         w = (False,) * n_operands
-        old = sum(self.cm.cost(_sig(kind, {}, [pshapes[i]] * n_operands, [pshapes[i]], dtype, w)) for i in pieces)
+        old = sum(self.cm.cost(op_sig(kind, {}, [pshapes[i]] * n_operands, [pshapes[i]], dtype, w)) for i in pieces)
         old += sum(split_cost(self.cm, s) for s in splits if goes_with(s, ops))
-        new = self.cm.cost(_sig(kind, {}, [whole] * n_operands, [whole], dtype, w)) + split_cost(self.cm, split)
+        new = self.cm.cost(op_sig(kind, {}, [whole] * n_operands, [whole], dtype, w)) + split_cost(self.cm, split)
         return new < old
 
     # ---- the rewrite ----
@@ -248,7 +240,7 @@ class _Lifter:
             group = {}
             for i, r in enumerate(split.results):
                 for u in r.uses:
-                    op = _user(u)
+                    op = use_owner(u)
                     if op.name == f"taso.{kind}" and i not in group:
                         group[i] = op
             if group and self._gains(kind, split, list(group), 1, list(group.values()), (split,)):
@@ -262,7 +254,7 @@ class _Lifter:
         groups: dict = {}
         for i, r in enumerate(split.results):
             for u in r.uses:
-                op = _user(u)
+                op = use_owner(u)
                 if op.name not in ("taso.ewadd", "taso.ewmul") or len(op.operands) != 2:
                     continue
                 other = op.operands[1] if op.operands[0] == r else op.operands[0]
@@ -320,18 +312,18 @@ class _Lifter:
         if [psizes[j] for j in order] != sizes or order == list(range(n)):
             return False
         y = partner.operands[0]
-        m = _owner(y)
+        m = defining_op(y)
         if m is None or m.name != "taso.matmul" or sum(1 for _ in y.uses) != 1:
             return False
         if taso_attrs(m).get("activation", "none") not in ("none", "relu"):
             return False
-        rank = len(_shape(y) or [])
-        if pa["axis"] != rank - 1 or _owner(m.operands[1]) is None or _owner(m.operands[1]).name != "taso.weight":
+        rank = len(static_shape(y) or [])
+        if pa["axis"] != rank - 1 or defining_op(m.operands[1]) is None or defining_op(m.operands[1]).name != "taso.weight":
             return False
-        if len(_shape(m.operands[1]) or []) != 2:
+        if len(static_shape(m.operands[1]) or []) != 2:
             return False  # a batched weight: its columns are not axis 1
         bias = m.operands[2] if len(m.operands) == 3 else None
-        if bias is not None and (_owner(bias) is None or _owner(bias).name != "taso.weight"):
+        if bias is not None and (defining_op(bias) is None or defining_op(bias).name != "taso.weight"):
             return False
         loc = m.location
         with ir.InsertionPoint(m):
@@ -350,7 +342,7 @@ class _Lifter:
 
     def _permuted(self, w: ir.Value, axis: int, sizes: list, order: list, loc) -> ir.Value:
         """concat(split(w)[order]) along ``axis``: weight-only ops, folded after the pass."""
-        shape = _shape(w)
+        shape = static_shape(w)
         et = ir.RankedTensorType(w.type).element_type
 
         def t(s):

@@ -57,8 +57,8 @@ from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses, set_operand
 from taso_mlir.dialect.ops import create_taso_op, elem_type, taso_attrs
 
-from .flatten_matmul import _owner, _shape, _tensor, _user
-from .lift_elementwise import _sig, goes_with, lift_until_done, split_cost
+from .lift_elementwise import goes_with, lift_until_done, split_cost
+from .ir_util import static_shape, defining_op, use_owner, tensor_like, op_sig
 
 
 def reshape_plan(shape: list, axis: int, sizes: list, targets: list) -> Optional[tuple[list, int, list]]:
@@ -107,7 +107,7 @@ def compose_reshapes(f: ir.Operation) -> int:
         if op.name != "taso.reshape":
             continue
         src = op.operands[0]
-        inner = _owner(src)
+        inner = defining_op(src)
         repointed = inner is not None and inner.name == "taso.reshape"
         if repointed:
             set_operand(op, 0, inner.operands[0])
@@ -132,8 +132,8 @@ class _Lifter:
         """One ``taso.<kind>`` user per piece (the first): piece -> op, else None."""
         group = {}
         for i, r in enumerate(split.results):
-            op = next((_user(u) for u in r.uses if _user(u).name == f"taso.{kind}"
-                       and _shape(_user(u).results[0]) is not None), None)
+            op = next((use_owner(u) for u in r.uses if use_owner(u).name == f"taso.{kind}"
+                       and static_shape(use_owner(u).results[0]) is not None), None)
             if op is None:
                 return None
             group[i] = op
@@ -144,9 +144,9 @@ class _Lifter:
         residual perm), else None. Transposes: the perm most pieces use (the first piece's on a tie) is
         lifted; a piece transposed otherwise keeps a transpose by the residual perm after the split."""
         a = taso_attrs(split)
-        shape, axis, sizes = _shape(split.operands[0]), a["axis"], list(a["sizes"])
+        shape, axis, sizes = static_shape(split.operands[0]), a["axis"], list(a["sizes"])
         if kind == "reshape":
-            plan = reshape_plan(shape, axis, sizes, [_shape(group[i].results[0]) for i in range(len(sizes))])
+            plan = reshape_plan(shape, axis, sizes, [static_shape(group[i].results[0]) for i in range(len(sizes))])
             return None if plan is None else ({"shape": plan[0]}, plan, {})
         perms = [tuple(taso_attrs(group[i])["perm"]) for i in range(len(sizes))]
         common = max(perms, key=lambda p: (perms.count(p), -perms.index(p)))
@@ -157,19 +157,19 @@ class _Lifter:
         attrs, (whole, axis, sizes), residual = plan
         x = split.operands[0]
         dtype = str(elem_type(x))
-        xs = _shape(x)
-        pieces = [_shape(r) for r in split.results]
-        outs = [_shape(group[i].results[0]) for i in range(len(pieces))]
+        xs = static_shape(x)
+        pieces = [static_shape(r) for r in split.results]
+        outs = [static_shape(group[i].results[0]) for i in range(len(pieces))]
         own = (lambda op: {"perm": list(taso_attrs(op)["perm"])}) if kind == "transpose" else \
-            (lambda op: {"shape": _shape(op.results[0])})
-        old = sum(self.cm.cost(_sig(kind, own(op), [pieces[i]], [outs[i]], dtype, (False,)))
+            (lambda op: {"shape": static_shape(op.results[0])})
+        old = sum(self.cm.cost(op_sig(kind, own(op), [pieces[i]], [outs[i]], dtype, (False,)))
                   for i, op in group.items())
         if goes_with(split, list(group.values())):
             old += split_cost(self.cm, split)
         new_pieces = [_piece(whole, axis, n) for n in sizes]
-        new = (self.cm.cost(_sig(kind, attrs, [xs], [whole], dtype, (False,)))
-               + self.cm.cost(_sig("split", {"axis": axis, "sizes": sizes}, [whole], new_pieces, dtype, (False,)))
-               + sum(self.cm.cost(_sig("transpose", {"perm": r}, [new_pieces[i]], [outs[i]], dtype, (False,)))
+        new = (self.cm.cost(op_sig(kind, attrs, [xs], [whole], dtype, (False,)))
+               + self.cm.cost(op_sig("split", {"axis": axis, "sizes": sizes}, [whole], new_pieces, dtype, (False,)))
+               + sum(self.cm.cost(op_sig("transpose", {"perm": r}, [new_pieces[i]], [outs[i]], dtype, (False,)))
                      for i, r in residual.items()))
         return new < old
 
@@ -177,8 +177,8 @@ class _Lifter:
         attrs, (whole, axis, sizes), residual = plan
         x = split.operands[0]
         with ir.InsertionPoint(split):
-            w = create_taso_op(kind, [x], [_tensor(whole, x)], attrs, loc=split.location)
-            s = create_taso_op("split", [w.results[0]], [_tensor(_piece(whole, axis, n), x) for n in sizes],
+            w = create_taso_op(kind, [x], [tensor_like(whole, x)], attrs, loc=split.location)
+            s = create_taso_op("split", [w.results[0]], [tensor_like(_piece(whole, axis, n), x) for n in sizes],
                                {"axis": axis, "sizes": sizes}, loc=split.location)
         for i, op in group.items():
             new = s.results[i]
@@ -225,14 +225,14 @@ def lift_layout(f: ir.Operation, cost_model) -> tuple[int, int]:
 # proof
 
 
-def _flat(idx: list, shape: list):
+def flat_index(idx: list, shape: list):
     out = 0
     for i, n in zip(idx, shape):
         out = out * n + i
     return out
 
 
-def _unflat(flat, shape: list) -> list:
+def unflat_index(flat, shape: list) -> list:
     idx = []
     for n in reversed(shape):
         idx.append(flat % n)
@@ -292,8 +292,8 @@ def prove(max_rank: int = 3, max_dim: int = 3, max_target_rank: int = 3):
                 m = [z3.Int(f"m{d}") for d in range(len(out))]
                 if [mid[q] for q in r] != out:
                     return z3.sat, ("residual shape", shape, lifted, perm)
-                res = check(m, out, _flat(transposed(transposed(m, r), lifted), shape),
-                            _flat(transposed(m, perm), shape))
+                res = check(m, out, flat_index(transposed(transposed(m, r), lifted), shape),
+                            flat_index(transposed(m, perm), shape))
                 cases["residual"] += 1
                 if res != z3.unsat:
                     return res, ("residual", shape, lifted, perm)
@@ -318,13 +318,13 @@ def prove(max_rank: int = 3, max_dim: int = 3, max_target_rank: int = 3):
                         src = [None] * len(shape)
                         for d, p in enumerate(perm):
                             src[p] = mw[d]
-                        lhs = _flat(src, shape)
+                        lhs = flat_index(src, shape)
                         # rhs: element m of transpose(piece i)
                         srcp = [None] * len(shape)
                         for d, p in enumerate(perm):
                             srcp[p] = m[d]
                         srcp[axis] = srcp[axis] + offs[i]
-                        r = check(m, tp, lhs, _flat(srcp, shape))
+                        r = check(m, tp, lhs, flat_index(srcp, shape))
                         cases["transpose"] += 1
                         if r != z3.unsat:
                             return r, ("transpose", shape, axis, sizes, perm)
@@ -343,10 +343,10 @@ def prove(max_rank: int = 3, max_dim: int = 3, max_target_rank: int = 3):
                             m = [z3.Int(f"m{d}") for d in range(len(t))]
                             mw = list(m)
                             mw[j] = mw[j] + sum(nsizes[:i])
-                            lhs = _flat(mw, whole)  # reshape keeps the flat index
-                            pidx = _unflat(_flat(m, t), pieces[i])
+                            lhs = flat_index(mw, whole)  # reshape keeps the flat index
+                            pidx = unflat_index(flat_index(m, t), pieces[i])
                             pidx[axis] = pidx[axis] + offs[i]
-                            r = check(m, t, lhs, _flat(pidx, shape))
+                            r = check(m, t, lhs, flat_index(pidx, shape))
                             cases["reshape"] += 1
                             if r != z3.unsat:
                                 return r, ("reshape", shape, axis, sizes, [t0, t1])

@@ -28,12 +28,12 @@ Conditions (``fuse_matmul_bias``'s site check):
 
 from __future__ import annotations
 
-from taso_mlir.dialect.convert_onnx_to_taso import _weight_of
+from taso_mlir.dialect.convert_onnx_to_taso import weight_of
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.ops import create_taso_op, taso_attrs
+from .ir_util import static_shape, defining_op
 
-from .flatten_matmul import _owner, _shape
 
 
 def _gains(cost_model, m: ir.Operation, b: ir.Value, add: ir.Operation) -> bool:
@@ -41,9 +41,9 @@ def _gains(cost_model, m: ir.Operation, b: ir.Value, add: ir.Operation) -> bool:
     from .cost import OpSig
 
     x, w = m.operands[0], m.operands[1]
-    xs, ws, ys, bs = _shape(x), _shape(w), _shape(m.results[0]), _shape(b)
+    xs, ws, ys, bs = static_shape(x), static_shape(w), static_shape(m.results[0]), static_shape(b)
     dtype = str(ir.RankedTensorType(m.results[0].type).element_type)
-    wx, ww = _weight_of(x) is not None, _weight_of(w) is not None
+    wx, ww = weight_of(x) is not None, weight_of(w) is not None
     act = (("activation", "none"),)
     apart = (cost_model.cost(OpSig("matmul", act, (tuple(xs), tuple(ws)), (tuple(ys),), dtype, False, (wx, ww)))
              + cost_model.cost(OpSig("ewadd", (), (tuple(ys), tuple(bs)), (tuple(ys),), dtype, False, (False, True))))
@@ -65,15 +65,15 @@ def fuse_matmul_bias(f: ir.Operation, cost_model=None) -> int:
         if add.name != "taso.ewadd" or len(add.operands) != 2:
             continue
         for side in (0, 1):
-            m, b = _owner(add.operands[side]), add.operands[1 - side]
+            m, b = defining_op(add.operands[side]), add.operands[1 - side]
             if m is None or m.name != "taso.matmul" or len(m.operands) != 2:
                 continue
             if taso_attrs(m).get("activation") != "none" or sum(1 for _ in m.results[0].uses) != 1:
                 continue
-            out, bs = _shape(m.results[0]), _shape(b)
-            if not bias_fits(out, bs) or _weight_of(b) is None or add.results[0].type != m.results[0].type:
+            out, bs = static_shape(m.results[0]), static_shape(b)
+            if not bias_fits(out, bs) or weight_of(b) is None or add.results[0].type != m.results[0].type:
                 continue
-            if cost_model is not None and (_shape(m.operands[0]) is None or _shape(m.operands[1]) is None
+            if cost_model is not None and (static_shape(m.operands[0]) is None or static_shape(m.operands[1]) is None
                                            or not _gains(cost_model, m, b, add)):
                 continue
             with ir.InsertionPoint(add):

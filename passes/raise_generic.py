@@ -42,8 +42,8 @@ from taso_mlir.dialect.handles import check_live, each_live, erase_op, ir_step, 
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import TASO_ELEMS, create_taso_op, dense_array, named
 from taso_mlir.dialect.specs import MAX_ARITY
+from .ir_util import static_shape, defining_op, tensor_like
 
-from .flatten_matmul import _owner, _shape, _tensor
 
 
 def _index(op: ir.Operation):
@@ -53,8 +53,8 @@ def _index(op: ir.Operation):
             or "taso.domain" in op.attributes:
         return None
     data, idx = op.operands
-    shape, w = _shape(data), _owner(idx)
-    if shape is None or not shape or w is None or w.name != "taso.weight" or _shape(op.results[0]) is None:
+    shape, w = static_shape(data), defining_op(idx)
+    if shape is None or not shape or w is None or w.name != "taso.weight" or static_shape(op.results[0]) is None:
         return None
     if str(ir.RankedTensorType(data.type).element_type) not in TASO_ELEMS:
         return None  # (its split would not be a taso op)
@@ -115,21 +115,21 @@ def gathers_to_split(f: ir.Operation) -> int:
         # the data as it is now: raising an earlier group can have replaced it (an unbind of an
         # unbind's piece), and the key's value is then gone
         data = members[0][0].operands[0]
-        shape = _shape(data)
+        shape = static_shape(data)
         n = shape[axis]
         if not 2 <= n <= MAX_ARITY or {i for _op, i in members} != set(range(n)):
             continue
         sizes = split_sizes(shape, axis)
         first = members[0][0]
         with ir.InsertionPoint(first):
-            split = create_taso_op("split", [data], [_tensor(shape[:axis] + [k] + shape[axis + 1:], data)
+            split = create_taso_op("split", [data], [tensor_like(shape[:axis] + [k] + shape[axis + 1:], data)
                                                      for k in sizes], {"axis": axis, "sizes": sizes},
                                    loc=first.location)
         for op, i in members:
             v = split.results[piece_of(sizes, i)]
             if op.results[0].type != v.type:
                 with ir.InsertionPoint(op):
-                    v = create_taso_op("reshape", [v], [op.results[0].type], {"shape": _shape(op.results[0])},
+                    v = create_taso_op("reshape", [v], [op.results[0].type], {"shape": static_shape(op.results[0])},
                                        loc=op.location).results[0]
             replace_uses(op.results[0], v)
             erase_op(op)
@@ -151,11 +151,11 @@ def views_to_reshapes(f: ir.Operation) -> int:
         if allowed is None or "taso.domain" in op.attributes or len(op.results) != 1 or not len(op.operands) \
                 or {na.name for na in named(op.attributes)} - allowed:
             continue
-        if any(str(v.type) != "none" and (_owner(v) is None or _owner(v).name != "taso.weight")
+        if any(str(v.type) != "none" and (defining_op(v) is None or defining_op(v).name != "taso.weight")
                for v in list(op.operands)[1:]):
             continue  # axes computed at run time: onnxruntime checks them; a reshape would not
-        x, out = op.operands[0], _shape(op.results[0])
-        if str(x.type) == "none" or _shape(x) is None or out is None or x.type != op.results[0].type and \
+        x, out = op.operands[0], static_shape(op.results[0])
+        if str(x.type) == "none" or static_shape(x) is None or out is None or x.type != op.results[0].type and \
                 ir.RankedTensorType(x.type).element_type != ir.RankedTensorType(op.results[0].type).element_type \
                 or str(ir.RankedTensorType(x.type).element_type) not in TASO_ELEMS:
             continue
@@ -184,7 +184,7 @@ def prove(max_rank: int = 3, max_dim: int = 4) -> tuple:
 
     import z3
 
-    from .lift_layout import _flat, _unflat
+    from .lift_layout import flat_index, unflat_index
 
     X = z3.Function("X", z3.IntSort(), z3.RealSort())
     cases = 0
@@ -214,10 +214,10 @@ def prove(max_rank: int = 3, max_dim: int = 4) -> tuple:
                         m = [z3.Int(f"m{d}") for d in range(len(out))]
                         # ONNX: out[a.., j.., b..] = X[a.., index[j..], b..] (j.. all 0)
                         src = m[:axis] + [z3.IntVal(index)] + m[axis + keep:]
-                        lhs = _flat(src, shape)
-                        pidx = _unflat(_flat(m, out), piece)  # reshape keeps the flat index
+                        lhs = flat_index(src, shape)
+                        pidx = unflat_index(flat_index(m, out), piece)  # reshape keeps the flat index
                         pidx[axis] = pidx[axis] + sum(sizes[:k])
-                        rhs = _flat(pidx, shape)
+                        rhs = flat_index(pidx, shape)
                         sv = z3.Solver()
                         sv.add(*[z3.And(v >= 0, v < n) for v, n in zip(m, out)])
                         sv.add(X(lhs) != X(rhs))

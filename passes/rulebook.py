@@ -1,7 +1,8 @@
 """The verified rules as rewrites, and the one check of a rule at a site.
 
-A *rewrite* is a proved rule of the shipped libraries (``generator/rules.jsonl``, the base family, and
-``generator/rules-conv-bias.jsonl``, convolutions with a bias operand) in one of its usable
+A *rewrite* is a proved rule of the shipped libraries (``generator/rules.jsonl`` and
+``generator/rules-n4.jsonl``, the base family at 3 and 4 ops; ``generator/rules-conv-bias.jsonl`` and
+``generator/rules-matmul-bias.jsonl``, convolutions and matmuls with a bias operand) in one of its usable
 directions: ``src -> dst`` for "forward", ``dst -> src`` for "backward". Rewrite ids are the rule id
 with a direction suffix (``R0091f``, ``R0091b``).
 

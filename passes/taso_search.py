@@ -277,7 +277,7 @@ PREPARE = (
     FP("taso-fold-constants", "Fold the generic ops with constant results and the taso ops computing only "
        "from weights into new weights, then drop the identities that reveals (fold_generic.py, identities.py)",
        _fold_constants, ("generic_folded", "weights_folded", "identities_dropped")),
-    FP("taso-raise-views", "Squeeze/Unsqueeze/Flatten (and Reshape) with static shapes as taso.reshape "
+    FP("taso-raise-views", "Squeeze/Unsqueeze/Flatten with static shapes as taso.reshape "
        "(raise_generic.py)", _raise_views, ("views_raised",)),
     FP("taso-raise-gathers", "Gathers of every index of an axis as one taso.split (raise_generic.py)",
        _raise_gathers, ("gathers_raised",)),
@@ -289,8 +289,8 @@ PREPARE = (
        "(cse.py)", _merge_repeats, ("weights_merged", "repeats_merged")),
     FP("taso-fuse-relu6", "Fuse ReLU6 (Clip 0, 6) into the convolutions before it (fuse_clip.py)",
        _fuse_relu6, ("relu6_fused",)),
-    FP("taso-fold-matmul-bias", "Fold bias adds into the matmuls before them where the cost model charges "
-       "less (matmul_bias.py)", _fold_matmul_bias, ("matmul_biases_fused",), needs_cost_model=True),
+    FP("taso-fold-matmul-bias", "Fold bias adds into the matmuls before them where the biased matmul costs no "
+       "more under the cost model (matmul_bias.py)", _fold_matmul_bias, ("matmul_biases_fused",), needs_cost_model=True),
     FP("taso-dce", "Remove ops whose results are unused", _dce),
 )
 SEARCH = (

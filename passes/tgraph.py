@@ -279,7 +279,7 @@ def split_axis(n: Node) -> Optional[int]:
     return dict(n.attrs).get("axis") if n.kind == "split" else None
 
 
-def _attrs_tuple(d: dict) -> tuple:
+def attrs_tuple(d: dict) -> tuple:
     return tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in d.items()))
 
 
@@ -730,7 +730,7 @@ def _targets(rw: RB.Rewrite, g: TGraph, ops: list, b: dict, changes: dict, nodes
     dkey = (rw.memo_key, tuple(sorted(shapes.items())))
     targets = _TARGETS.get(dkey)
     if targets is None:
-        targets = _TARGETS[dkey] = [(_attrs_tuple(a), tuple(o)) for a, o in RB.dst_op_attrs(rw, shapes)]
+        targets = _TARGETS[dkey] = [(attrs_tuple(a), tuple(o)) for a, o in RB.dst_op_attrs(rw, shapes)]
     for k, ((attrs, outs), rop) in enumerate(zip(targets, rw.dst.ops)):
         operands = tuple(ref_val[r] for r in rop.operands)
         if shared is not None:
@@ -981,7 +981,7 @@ def from_function(func_op, builder: Builder) -> tuple[TGraph, list]:
             if kind == "weight":
                 attrs = (("name", a["name"]),)
             else:
-                attrs = _attrs_tuple(specs.spec(kind).complete_attrs(a))
+                attrs = attrs_tuple(specs.spec(kind).complete_attrs(a))
         else:
             kind, attrs = "other:" + op.name, ()
         shapes = tuple(shape_of(r) for r in op.results)

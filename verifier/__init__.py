@@ -1,1 +1,1 @@
-"""taso_mlir.verifier (see DESIGN.md); not built yet."""
+"""taso_mlir.verifier: the operator axioms, their validation, the shape rules and the shape-aware Z3 proofs (docs/rules.md)."""

@@ -561,7 +561,7 @@ def test_a_merge_that_does_not_pay_is_followed_by_the_next():
     """Three sibling matmuls of 256 x 256 on the T4 model: merging two of them costs more than it saves
     (the split is paid at once), merging the third as well pays. With a budget of one graph the search
     pops only the input, so the pair of merges is found by looking one merge past the first."""
-    from taso_mlir.passes.lift_elementwise import _sig
+    from taso_mlir.passes.ir_util import op_sig as _sig
 
     cm = get_cost_model("analytic")
     mm = lambda n: cm.cost(_sig("matmul", {}, [[256, 256], [256, n]], [[256, n]], "f32", (False, True)))  # noqa: E731
