@@ -215,10 +215,12 @@ class Exporter:
                         pass
         # outputs that are inputs, repeated, or not yet produced under their name: Identity
         outputs = []
+        made: set = set()  # (an output listed twice under one name is made once: ONNX values are SSA)
         for v, n in zip(self.returned, self.out_names):
             src = self.name_of(v)
-            if src != n:
+            if src != n and n not in made:
                 self.nodes.append(helper.make_node("Identity", [src], [n], name=self.names_nodes.fresh(f"{n}_identity")))
+                made.add(n)
             outputs.append(self._type_proto(v.type, n))
         inputs = [self._type_proto(a.type, self.vname[a]) for a in block.arguments]
         if self.ir_version < 4:
