@@ -39,7 +39,6 @@ class FuncState:
     sopts: Any = None  # search.Options
     opts: dict = field(default_factory=dict)  # the options of the pass or pipeline that runs
     stats: Counter = field(default_factory=Counter)  # statistic -> count, this run
-    segment: Counter = field(default_factory=Counter)  # the same, since the guarded segment began
     extra: dict = field(default_factory=dict)  # report values that are not counters
     times: dict = field(default_factory=dict)  # pass argument -> seconds
 
@@ -53,7 +52,6 @@ class FuncState:
 
     def count(self, key: str, n) -> None:
         self.stats[key] += n
-        self.segment[key] += n
 
 
 @dataclass(frozen=True)

@@ -159,10 +159,10 @@ def _fold_scales(st: FuncState) -> None:
 
 
 def _merge_repeats(st: FuncState) -> None:
-    # equal folded constants first (where this run folded any): the repeats of an op on them then have
-    # the same operands
+    # equal folded weights first (``taso_folded_*``: the input's own weights stay as they are): the
+    # repeats of an op on them then have the same operands
     f = st.f
-    merged = merge_duplicate_weights(f) if st.stats["generic_folded"] or st.stats["weights_folded"] else 0
+    merged = merge_duplicate_weights(f)
     repeats = eliminate_common_subexpressions(f)
     st.count("weights_merged", merged)
     st.count("repeats_merged", repeats)
@@ -218,7 +218,6 @@ def _fold_weights(st: FuncState) -> None:
     f = st.f
     folded = fold_weights(f)
     st.count("weights_folded", folded)
-    st.count("weights_folded_after_search", folded)
     if folded:
         st.count("identities_dropped", drop_identities(f))
     function_dce(f)
@@ -234,11 +233,9 @@ def _lift_elementwise(st: FuncState) -> None:
     st.count("elementwise_lifted", lifted)
     st.count("weights_permuted", permuted)
     if permuted:
-        folded = fold_weights(f)
-        st.count("weights_folded", folded)
-        st.count("weights_folded_after_search", folded)
-    # equal weights the folding after the search made are merged
-    merged = merge_duplicate_weights(f) if st.segment["weights_folded_after_search"] else 0
+        st.count("weights_folded", fold_weights(f))
+    # equal folded weights (the folding after the search makes new ones) are merged
+    merged = merge_duplicate_weights(f)
     st.count("weights_merged", merged)
     if lifted or permuted or merged:
         function_dce(f)
@@ -265,8 +262,7 @@ def _move_row_chains(st: FuncState) -> None:
 
 def _compose_layout_chains(st: FuncState) -> None:
     st.count("layout_chains", compose_layout_chains(st.f, st.cost_model))
-    if any(st.segment[k] for k in ("reshapes_composed", "layout_lifted", "layout_chains", "row_chains_moved")):
-        function_dce(st.f)  # (what the layout passes left unused)
+    function_dce(st.f)  # (what the layout passes, and the cleanup before them, left unused)
 
 
 FP = FunctionPass
@@ -285,8 +281,7 @@ PREPARE = (
        _raise_divs, ("divs_raised",)),
     FP("taso-fold-scales", "Scalar multiplies folded into the weights they reach (fold_scale.py)",
        _fold_scales, ("scales_folded",)),
-    FP("taso-merge-repeats", "Merge equal folded weights (where this run folded constants) and repeated ops "
-       "(cse.py)", _merge_repeats, ("weights_merged", "repeats_merged")),
+    FP("taso-merge-repeats", "Merge equal folded weights (taso_folded_*) and repeated ops (cse.py)", _merge_repeats, ("weights_merged", "repeats_merged")),
     FP("taso-fuse-relu6", "Fuse ReLU6 (Clip 0, 6) into the convolutions before it (fuse_clip.py)",
        _fuse_relu6, ("relu6_fused",)),
     FP("taso-fold-matmul-bias", "Fold bias adds into the matmuls before them where the biased matmul costs no "
@@ -363,7 +358,6 @@ def _run_function(f, rws, by_id, builder, sopts, replayer, opts) -> dict:
     before_search = st.f.clone()
     cost_pre = T.from_function(st.f, written)[0].cost
     kept_stats = Counter(st.stats)
-    st.segment = Counter()
     PL.run_passes(st, SEARCH + CLEANUP)
     f = st.f
     # the cost and op count of the function as written (split trees fused), which the search's cost

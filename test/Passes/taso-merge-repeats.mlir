@@ -2,8 +2,8 @@
 // taso-merge-repeats replaces an op that repeats an earlier one (same name, operands, attributes and
 // result types) by it: taso ops and ONNX operators are pure, so the repeat computes the same values
 // (MLIR's cse leaves them alone: IRDL-defined and unregistered ops declare no memory effects).
-// (Run alone, it merges no weights: equal folded weights are merged only after taso-fold-constants
-// folded some in the same taso-search run.)
+// Equal weights the folding made (named taso_folded_*) are merged first; the input's own weights stay
+// as they are.
 
 // Fires, transitively: the second relu is the first, and then the second Erf reads what the first does.
 // CHECK-LABEL: func.func @repeats
@@ -43,4 +43,19 @@ func.func @not_repeats(%x: tensor<2x4xf32>) -> (tensor<4x2xf32>, tensor<2x4xf32>
   %c1 = "onnx.Custom"(%x) {taso.domain = "my.domain"} : (tensor<2x4xf32>) -> tensor<2x4xf32>
   %c2 = "onnx.Custom"(%x) {taso.domain = "my.domain"} : (tensor<2x4xf32>) -> tensor<2x4xf32>
   return %t, %i, %r1, %r2, %w1, %w2, %c1, %c2 : tensor<4x2xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>
+}
+
+// -----
+
+// Fires: two folded weights with the same values become one, and the two multiplies by them one.
+// CHECK-LABEL: func.func @folded_weights
+// CHECK-NEXT: %[[W:.*]] = "taso.weight"() {name = "taso_folded_1"
+// CHECK-NEXT: %[[M:.*]] = "taso.ewmul"(%arg0, %[[W]])
+// CHECK-NEXT: return %[[M]], %[[M]]
+func.func @folded_weights(%x: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>) {
+  %a = "taso.weight"() {name = "taso_folded_1", value = dense<3.0> : tensor<2xf32>} : () -> tensor<2xf32>
+  %b = "taso.weight"() {name = "taso_folded_2", value = dense<3.0> : tensor<2xf32>} : () -> tensor<2xf32>
+  %p = "taso.ewmul"(%x, %a) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+  %q = "taso.ewmul"(%x, %b) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+  return %p, %q : tensor<2xf32>, tensor<2xf32>
 }
