@@ -57,6 +57,31 @@ class NumericReport:
 #: another order), which float32 keeps within 1e-5; float16 and bfloat16 are given 4 units of their
 #: last place (2**-10 and 2**-7 relative steps)
 TOLERANCE = {np.dtype(np.float64): 1e-5, np.dtype(np.float32): 1e-5, np.dtype(np.float16): 4 * 2.0 ** -10}
+#: 4 units in the last place of the narrow float types a model can round to on the way to an output
+_NARROW = {onnx.TensorProto.FLOAT16: 4 * 2.0 ** -10, onnx.TensorProto.BFLOAT16: 4 * 2.0 ** -7}
+
+
+def rounding_floor(model: onnx.ModelProto) -> float:
+    """The tolerance of the narrowest float type the model rounds to anywhere (a Cast to it, or a value,
+    input or weight of it), 0 where it has none. A rewrite that changes float32 rounding before such a
+    cast (a folded batchnorm before a Cast to float16) moves its result by one unit of that type: an
+    output is only as precise as the narrowest rounding on the way to it."""
+    floor = 0.0
+    g = model.graph
+
+    def see(elem_type):
+        nonlocal floor
+        floor = max(floor, _NARROW.get(elem_type, 0.0))
+    for n in g.node:
+        if n.op_type == "Cast" and n.domain in ("", "ai.onnx"):
+            for a in n.attribute:
+                if a.name == "to":
+                    see(a.i)
+    for v in list(g.input) + list(g.output) + list(g.value_info):
+        see(v.type.tensor_type.elem_type)
+    for t in g.initializer:
+        see(t.data_type)
+    return floor
 
 
 _ORT_TYPES = {
@@ -436,6 +461,7 @@ def compare_models(a, b, trials: int = 2, seed: int = 0, bounds: Optional[dict] 
             raise TasoError(f"onnxruntime cannot run the output model: {one_line(e)}") from None
     del sb
     max_abs, scale, inf_output = 0.0, 1.0, ""
+    floor = rounding_floor(a if isinstance(a, onnx.ModelProto) else onnx.load(a, load_external_data=False))
     # per float output: [largest |a - b|, scale, tolerance, ratio to the tolerance]
     judged: dict = {}
     for ra, rb in zip(results_a, results_b):
@@ -454,7 +480,7 @@ def compare_models(a, b, trials: int = 2, seed: int = 0, bounds: Optional[dict] 
                 dmax = float(d.max()) if d.size else 0.0
                 smax = float(np.abs(x[fin]).max()) if fin.any() else 0.0
                 max_abs, scale = max(max_abs, dmax), max(scale, smax)
-                tol = TOLERANCE.get(x.dtype, 4 * 2.0 ** -7)  # (bfloat16 and other narrow floats)
+                tol = max(TOLERANCE.get(x.dtype, 4 * 2.0 ** -7), floor)  # (bfloat16 and other narrow floats)
                 j = judged.setdefault(name, [0.0, 1.0, tol, 0.0])
                 j[0], j[1] = max(j[0], dmax), max(j[1], smax)
                 j[3] = j[0] / j[1] / tol

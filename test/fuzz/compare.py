@@ -199,6 +199,10 @@ def compare(src: onnx.ModelProto, out: onnx.ModelProto, seed: int = 0, trials: i
             used_ref = False
         runs.append((y_src, y_out) + (r if r is not None else (None, None)))
     worst, worst_detail = 0.0, ""
+    # a model that rounds to a narrow float type on the way is only as precise as that type
+    from taso_mlir.dialect.numerics import rounding_floor
+
+    rtol = max(RTOL, rounding_floor(src))
     for i, name in enumerate(names):
         # the float32 error the input model allows at this output: over all trials
         budget = 0.0
@@ -226,13 +230,13 @@ def compare(src: onnx.ModelProto, out: onnx.ModelProto, seed: int = 0, trials: i
                 scale = max(1.0, float(np.max(np.abs(r), initial=0.0)))
                 e_in = float(np.max(np.abs(a - r), initial=0.0))
                 e_out = float(np.max(np.abs(o - r), initial=0.0))
-                allowed = max(RTOL * scale, ERR_FACTOR * budget)
+                allowed = max(rtol * scale, ERR_FACTOR * budget)
                 detail = (f"output '{name}' (trial {t}): |optimized - float64 reference| {e_out:.3g}, input model's "
                           f"{e_in:.3g}, float32 error allowed {budget:.3g}, scale {scale:.3g}")
             else:
                 scale = max(1.0, float(np.max(np.abs(a), initial=0.0)))
                 e_out = float(np.max(np.abs(o - a), initial=0.0))
-                allowed = RTOL_NO_REF * scale
+                allowed = max(RTOL_NO_REF, rtol) * scale
                 detail = f"output '{name}' (trial {t}): |optimized - input| {e_out:.3g}, scale {scale:.3g} (no reference)"
             q = e_out / allowed
             if q > worst:

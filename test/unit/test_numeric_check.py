@@ -179,3 +179,31 @@ def test_taso_opt_writes_the_more_accurate_output_and_refuses_the_wrong_one(tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "float32 only (no float64 reference: the model file holds" in err[0], err
     assert not out.exists()
+
+
+def test_a_model_that_rounds_to_float16_is_compared_at_float16_precision():
+    """A Cast to float16 on the way to an output makes the output only as precise as float16: a rewrite
+    before it that changes float32 rounding (a folded batchnorm) moves the result by one float16 unit
+    (fuzz campaign seed 9038). The tolerance is then 4 float16 units; a float32-only model keeps 1e-5."""
+    from onnx import TensorProto, helper
+
+    from taso_mlir.dialect.numerics import compare_models, rounding_floor
+
+    def model(scale: float, cast: bool):
+        nodes = [helper.make_node("Mul", ["x", "k"], ["m"])]
+        if cast:
+            nodes += [helper.make_node("Cast", ["m"], ["h"], to=TensorProto.FLOAT16),
+                      helper.make_node("Cast", ["h"], ["y"], to=TensorProto.FLOAT)]
+        else:
+            nodes += [helper.make_node("Identity", ["m"], ["y"])]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])],
+                              [helper.make_tensor("k", TensorProto.FLOAT, [], [scale])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+    assert rounding_floor(model(1.0, True)) == 4 * 2.0 ** -10 and rounding_floor(model(1.0, False)) == 0.0
+    off = 1.0 + 2.0 ** -10  # one float16 unit of relative change before the cast
+    rep = compare_models(model(1.0, True), model(off, True), reference="never")
+    assert rep.tolerance == 4 * 2.0 ** -10 and rep.worst <= 1.0, rep
+    rep = compare_models(model(1.0, False), model(off, False), reference="never")
+    assert rep.tolerance == 1e-5 and rep.worst > 1.0, rep
