@@ -50,7 +50,7 @@ def taso_opt_argv(src: str, out: str) -> list:
 
 
 def repro_command(path: str) -> str:
-    return f".venv/bin/taso-opt {path} --taso-search --no-verify-numerics -o /tmp/out.onnx"
+    return f".venv/bin/taso-opt {path} --taso-search --no-verify-numerics -o out.onnx"
 
 
 @dataclass

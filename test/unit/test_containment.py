@@ -157,5 +157,5 @@ def test_the_paths_the_parent_reads_from_the_command_line():
     assert taso_opt._io_paths(["in.onnx", "--taso-search", "-o", "o.onnx"]) == ("in.onnx", "o.onnx", [])
     assert taso_opt._io_paths(["--input-shape", "x=1x2", "--canonicalize", "m.mlir"]) == ("m.mlir", "-", [])
     assert taso_opt._io_paths(["-o", "o.onnx", "--taso-report", "r.json", "--pass-pipeline",
-                               "builtin.module(taso-search{report=/tmp/r2.txt})", "i.onnx"]) == \
-        ("i.onnx", "o.onnx", ["r.json", "/tmp/r2.txt"])
+                               "builtin.module(taso-search{report=reports/r2.txt})", "i.onnx"]) == \
+        ("i.onnx", "o.onnx", ["r.json", "reports/r2.txt"])
