@@ -414,14 +414,11 @@ def prove(max_rank: int = 3, max_dim: int = 4) -> tuple:
                         for steps in ([("transpose", list(p1)), ("reshape", target)],
                                       [("reshape", target), ("transpose", list(p2))],
                                       [("transpose", list(p1)), ("reshape", target), ("transpose", list(p2))]):
-                            plan = chain_plan(shape, steps)
+                            plan, ok = _plan_check(x, steps)
                             if plan is None:
                                 continue
-                            want = _apply(x, steps)
-                            got = _apply(x, [(k, a.get("perm", a.get("shape"))) for k, a, _i, _o in
-                                             _plan_ops(shape, plan)])
                             cases += 1
-                            if got.shape != want.shape or not np.array_equal(got, want):
+                            if not ok:
                                 return False, (shape, steps, plan)
     rows = _prove_rows(max_rank, max_dim)
     if not rows[0]:
@@ -430,6 +427,18 @@ def prove(max_rank: int = 3, max_dim: int = 4) -> tuple:
     if not long[0]:
         return long
     return True, {"chains": cases, "rows": rows[1], "long chains": long[1]}
+
+
+def _plan_check(x, steps) -> tuple:
+    """(the plan ``chain_plan`` makes for ``steps`` on ``x``'s shape, or None; whether its ops compute
+    what the steps compute on ``x``)."""
+    shape = list(x.shape)
+    plan = chain_plan(shape, steps)
+    if plan is None:
+        return None, True
+    want = _apply(x, steps)
+    got = _apply(x, [(k, a.get("perm", a.get("shape"))) for k, a, _i, _o in _plan_ops(shape, plan)])
+    return plan, got.shape == want.shape and np.array_equal(got, want)
 
 
 def _all_shapes_of(n: int, max_rank: int):
@@ -462,14 +471,11 @@ def check_long_chains(max_elems: int = 8, max_rank: int = 3) -> tuple:
                             r2 = list(range(len(t2)))[::-1]
                             for steps in ([("transpose", list(p1)), ("reshape", t1), ("transpose", list(p2)), ("reshape", t2)],
                                           [("reshape", t2), ("transpose", r2), ("reshape", t1), ("transpose", list(p2))]):
-                                plan = chain_plan(shape, steps)
+                                plan, ok = _plan_check(x, steps)
                                 if plan is None:
                                     continue
-                                want = _apply(x, steps)
-                                got = _apply(x, [(k, a.get("perm", a.get("shape"))) for k, a, _i, _o in
-                                                 _plan_ops(shape, plan)])
                                 cases += 1
-                                if got.shape != want.shape or not np.array_equal(got, want):
+                                if not ok:
                                     return False, (shape, steps, plan)
     return True, cases
 

@@ -23,9 +23,9 @@ import pytest
 
 from taso_mlir.dialect import specs
 from taso_mlir.dialect.mlir import ir, make_context
-from taso_mlir.dialect.ops import create_taso_op, function_dce, new_weight
+from taso_mlir.dialect.ops import create_taso_op, new_weight
 from taso_mlir.passes.cost import CostModel
-from unit_helpers import run_function
+from unit_helpers import run_function, run_pass
 
 
 # --------------------------------------------------------------------------------------------
@@ -175,21 +175,8 @@ def _evaluate(f, inputs: list) -> list:
 
 
 def _run(text: str, apply, seed: int = 1, scale: float = 1.0) -> tuple:
-    """Parse ``text``, evaluate it on seeded inputs, ``apply(f)``, remove dead ops, verify, evaluate
-    again. Returns (op names after, ``apply``'s result, outputs before, outputs after)."""
-    with make_context(), ir.Location.unknown():
-        m = ir.Module.parse(text)
-        f = m.body.operations[0].operation
-        rng = np.random.default_rng(seed)
-        args = [rng.standard_normal(ir.RankedTensorType(a.type).shape) * scale
-                for a in f.regions[0].blocks[0].arguments]
-        before = _evaluate(f, args)
-        got = apply(f)
-        function_dce(f)
-        assert f.verify()
-        after = _evaluate(f, args)
-        names = [o.operation.name for o in f.regions[0].blocks[0].operations]
-    return names, got, before, after
+    """``run_pass`` with the evaluator that reads generic ops by their ONNX definitions."""
+    return run_pass(text, apply, seed=seed, scale=scale, evaluate=_evaluate)
 
 
 def _same(before, after, rtol=1e-12, atol=1e-12):

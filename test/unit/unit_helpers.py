@@ -31,9 +31,10 @@ def run_function(fop, inputs: list) -> list:
     raise AssertionError("no return")
 
 
-def run_pass(text: str, apply) -> tuple:
-    """Parse the one function of ``text``, evaluate it on seeded random inputs, call ``apply(f)`` on it
-    (a function pass), remove dead ops, verify it and evaluate it again. Returns (op names after,
+def run_pass(text: str, apply, seed: int = 1, scale: float = 1.0, evaluate=None) -> tuple:
+    """Parse the one function of ``text``, evaluate it on seeded random inputs (standard normal x
+    ``scale``; ``evaluate``: the evaluator, ``run_function`` by default), call ``apply(f)`` on it (a
+    function pass), remove dead ops, verify it and evaluate it again. Returns (op names after,
     ``apply``'s result, outputs before, outputs after)."""
     from taso_mlir.dialect.mlir import make_context
     from taso_mlir.dialect.ops import function_dce
@@ -41,13 +42,15 @@ def run_pass(text: str, apply) -> tuple:
     with make_context(), ir.Location.unknown():
         m = ir.Module.parse(text)
         f = m.body.operations[0].operation
-        rng = np.random.default_rng(1)
-        args = [rng.standard_normal(ir.RankedTensorType(a.type).shape) for a in f.regions[0].blocks[0].arguments]
-        before = run_function(f, args)
+        evaluate = evaluate or run_function
+        rng = np.random.default_rng(seed)
+        args = [rng.standard_normal(ir.RankedTensorType(a.type).shape) * scale
+                for a in f.regions[0].blocks[0].arguments]
+        before = evaluate(f, args)
         got = apply(f)
         function_dce(f)
         assert f.verify()
-        after = run_function(f, args)
+        after = evaluate(f, args)
         names = [o.operation.name for o in f.regions[0].blocks[0].operations]
     return names, got, before, after
 
