@@ -540,7 +540,7 @@ def measure_search(names: list[str], exporter: str, workdir: str) -> list[dict]:
 
     import onnx
 
-    from taso_mlir.passes.latency import compare
+    from taso_mlir.passes.cost.latency import compare
 
     rows = []
     for name in names:

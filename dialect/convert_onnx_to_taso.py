@@ -28,9 +28,10 @@ import numpy as np
 from .errors import TasoError, one_line
 from .handles import erase_op, ir_step
 from .mlir import func, ir
-from .ops import (TASO_ELEMS, dead_code_elimination, dense_array, type_shape, create_taso_op, int_value, loc_name,
+from .ops import (TASO_ELEMS, dead_code_elimination, dense_array, dense_attr, type_shape, create_taso_op, int_value, loc_name,
                   named, new_weight, pyval, shape_of, str_list, str_value, verify_taso_op)
 from .specs import MAX_ARITY, SpecError, broadcast_shape, resolve_auto_pad, spec
+from .onnx_common import read_opsets
 from .types import vtensor_to_builtin
 
 DEFAULT_OPSET = 17
@@ -454,7 +455,6 @@ def _transposed_weight(v, perm, weights: Weights) -> Optional[ir.Value]:
             new_value = ir.DenseElementsAttr.get_splat(ttype, value.get_splat_value())
         else:
             arr = dense_array(value, f"{w.location}: weight value")
-            from .onnx_import import dense_attr
             new_value = dense_attr(np.transpose(arr, perm), ttype)
     except TasoError:
         return None
@@ -632,18 +632,6 @@ def _builtin(t: ir.Type, o) -> ir.Type:
     raise TasoError(f"{o.location}: unsupported value type {s} (only tensors are supported)")
 
 
-def read_opsets(attr: ir.Attribute) -> dict[str, int]:
-    """``taso.opset_imports`` -> {domain: version}; the default domain is spelled "ai.onnx" in MLIR
-    (an empty dictionary key is not representable)."""
-    out = {}
-    d = attr.maybe_downcast() if hasattr(attr, "maybe_downcast") else attr
-    if not isinstance(d, ir.DictAttr):
-        raise TasoError(f"taso.opset_imports must be a dictionary of domain = version, got {attr}")
-    for na in named(d):
-        out["" if na.name == "ai.onnx" else na.name] = int_value(na.attr, f"opset version of '{na.name}'", lo=0)
-    return out
-
-
 def _named_from_attrs(attr, count) -> Optional[list]:
     """onnx-mlir's ``{onnx.name = "x"}`` argument/result attributes -> names (None if absent)."""
     if attr is None:
@@ -796,7 +784,6 @@ def _convert_node(n: _Node, vmap, none, res: _Resources, where: str, weights: We
             if arr is None:
                 raise TasoError(f"{where}: {n.where()}: unsupported Constant attributes {sorted(n.attrs)}")
             from .types import tensor_type
-            from .onnx_import import dense_attr
             value = dense_attr(arr, tensor_type(arr.shape, {"float32": "f32", "int64": "si64"}[str(arr.dtype)]))
         wname = loc_name(n.loc)
         if not wname and "value" in n.attrs:

@@ -11,7 +11,7 @@ import types
 
 from torch_mlir import ir, passmanager, rewrite  # noqa: F401  (re-exported)
 from torch_mlir.dialects import func, irdl, pdl  # noqa: F401  (re-exported)
-from torch_mlir.dialects import torch as _torch_dialect
+from torch_mlir.dialects import torch as torch_dialect  # noqa: F401  (re-exported)
 from torch_mlir.extras import onnx_importer  # noqa: F401  (re-exported)
 
 __all__ = [
@@ -21,14 +21,15 @@ __all__ = [
     "func",
     "irdl",
     "pdl",
+    "torch_dialect",
     "onnx_importer",
-    "make_context",
+    "register_empty_dialect_modules",
 ]
 
 _PREFIX = "taso_mlir._mlir_dialect_modules"
 
 
-def _register_empty_dialect_modules() -> None:
+def register_empty_dialect_modules() -> None:
     """Give the runtime-defined dialects an (empty) Python module.
 
     Without one, every ``Value.owner`` on a `taso` or `onnx` op retries a failing import
@@ -42,18 +43,3 @@ def _register_empty_dialect_modules() -> None:
     for name in ("taso", "onnx", "torch"):
         sys.modules[f"{_PREFIX}.{name}"] = types.ModuleType(f"{_PREFIX}.{name}")
     ir._globals.append_dialect_search_prefix(_PREFIX)
-
-
-def make_context(load_taso: bool = True) -> ir.Context:
-    """A fresh MLIR context with the `taso` dialect loaded and unregistered dialects allowed
-    (generic ``onnx.<Op>`` operations are kept as operations of an unregistered dialect)."""
-    _register_empty_dialect_modules()
-    ctx = ir.Context()
-    ctx.allow_unregistered_dialects = True
-    # the importer's torch.operator form (torch-mlir-import-onnx output) must parse too
-    _torch_dialect.register_dialect(ctx)
-    if load_taso:
-        from .irdl_gen import load_taso_dialect
-
-        load_taso_dialect(ctx)
-    return ctx

@@ -22,7 +22,7 @@ from .errors import TasoError, one_line
 from .mlir import ir
 from .ops import (max_materialize_bytes, dense_array, int_value, loc_name, named, pyval, str_list, str_value,
                   taso_attrs, type_shape)
-from .convert_onnx_to_taso import read_opsets
+from .onnx_common import FUNCTIONS_ATTR, checker_stub, copy_fields, plain_raw_itemsize, read_opsets
 from .specs import SpecError, spec
 from .types import onnx_dtype_of_mlir, parse_tensor_type
 
@@ -403,48 +403,6 @@ def _check_value_type(t: ir.Type, loc, what: str) -> None:
         raise TasoError(f"{loc}: {what} has type {t}, which ONNX cannot hold ({e})") from None
 
 
-#: TensorProto's typed data fields (a tensor with raw_data has none of them)
-_TYPED_DATA = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
-
-
-def _plain_raw_itemsize(t: onnx.TensorProto):
-    """The element size of an initializer that holds nothing but ``raw_data`` of a numeric type, of
-    exactly its declared shape's size (one that can be sized, or stubbed, without reading its data);
-    None for any other."""
-    try:
-        if not t.HasField("raw_data") or t.data_location == onnx.TensorProto.EXTERNAL or t.doc_string \
-                or t.HasField("segment") or len(t.external_data) or len(t.metadata_props) \
-                or any(len(getattr(t, f)) for f in _TYPED_DATA):
-            return None
-        dt = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
-    except Exception:
-        return None
-    if dt.kind == "O" or len(t.raw_data) != int(np.prod(list(t.dims), dtype=np.int64)) * dt.itemsize:
-        return None
-    return dt.itemsize
-
-
-def checker_stub(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` for ``onnx.checker`` whose initializers are scalars of their element type,
-    so that weights are never copied or serialized for the check (``check_model`` on a model
-    serializes it: 5.7 s for 1.2 GB of weights). Without shape inference the checker reads an
-    initializer's shape only to size its data, which is checked here instead: an initializer that is
-    not plain ``raw_data`` of a numeric type, of exactly its shape's size, is copied as it is, for the
-    checker to judge."""
-    head = onnx.ModelProto()
-    _copy_fields(model, head, skip="graph")
-    _copy_fields(model.graph, head.graph, skip="initializer")
-    for t in model.graph.initializer:
-        stub = head.graph.initializer.add()
-        itemsize = _plain_raw_itemsize(t)
-        if itemsize is None:
-            stub.CopyFrom(t)
-            continue
-        stub.name, stub.data_type = t.name, t.data_type
-        stub.raw_data = b"\0" * itemsize
-    return head
-
-
 def check_exported(model: onnx.ModelProto) -> None:
     """``onnx.checker`` on the exported model, so that what MLIR accepted but ONNX does not (an
     operator's attribute of the wrong kind, a node with too few inputs, ...) is an error rather than
@@ -473,7 +431,6 @@ def _add_functions(module: ir.Operation, model: onnx.ModelProto) -> None:
     """The model-local functions recorded by the importer (``taso.onnx_functions``)."""
     import base64
 
-    from .onnx_import import FUNCTIONS_ATTR
 
     attrs = module.attributes
     if FUNCTIONS_ATTR not in attrs:
@@ -643,8 +600,8 @@ def _write_model(model: onnx.ModelProto, f) -> None:
         f.write(model.SerializeToString())
         return
     head = onnx.ModelProto()
-    _copy_fields(model, head, skip="graph")
-    _copy_fields(model.graph, head.graph, skip="initializer")
+    copy_fields(model, head, skip="graph")
+    copy_fields(model.graph, head.graph, skip="initializer")
     f.write(head.SerializeToString())
     del head
     for t in inits:
@@ -675,26 +632,13 @@ def _write_initializer_record(t: onnx.TensorProto, f) -> None:
         f.write(piece.SerializeToString())
         return
     meta = onnx.TensorProto()
-    _copy_fields(t, meta, skip="raw_data")
+    copy_fields(t, meta, skip="raw_data")
     raw = t.raw_data
     tensor = meta.SerializeToString() + _key(onnx.TensorProto, "raw_data") + _varint(len(raw))
     n_tensor = len(tensor) + len(raw)
     graph = _key(onnx.GraphProto, "initializer") + _varint(n_tensor)
     f.write(_key(onnx.ModelProto, "graph") + _varint(len(graph) + n_tensor) + graph + tensor)
     f.write(raw)
-
-
-def _copy_fields(src, dst, skip: str) -> None:
-    for fd, v in src.ListFields():
-        if fd.name == skip:
-            continue
-        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED
-        if repeated:
-            getattr(dst, fd.name).extend(v)
-        elif fd.type == fd.TYPE_MESSAGE:
-            getattr(dst, fd.name).CopyFrom(v)
-        else:
-            setattr(dst, fd.name, v)
 
 
 def _fits(model) -> bool:
@@ -707,19 +651,19 @@ def _fits(model) -> bool:
 def model_size_bound(model: onnx.ModelProto) -> int:
     """An upper bound of ``model.ByteSize()`` that does not serialize the weights: protobuf's (upb's)
     ByteSize serializes the whole model (1 s and +1.1 GB transient for 600 MB of weights). A raw_data
-    initializer (``_plain_raw_itemsize``) counts its data's bytes plus a bound for its name, dims and
+    initializer (``plain_raw_itemsize``) counts its data's bytes plus a bound for its name, dims and
     tags; the rest of the model is measured exactly."""
     size = 0
     rest = 0
     for t in model.graph.initializer:
-        item = _plain_raw_itemsize(t)
+        item = plain_raw_itemsize(t)
         if item is None:
             rest += 1
         else:
             size += len(t.raw_data) + len(t.name.encode()) + 11 * len(t.dims) + 64
     if rest == 0:
         head = onnx.ModelProto()
-        _copy_fields(model, head, skip="graph")
-        _copy_fields(model.graph, head.graph, skip="initializer")
+        copy_fields(model, head, skip="graph")
+        copy_fields(model.graph, head.graph, skip="initializer")
         return size + head.ByteSize()
     return model.ByteSize()

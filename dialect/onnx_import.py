@@ -24,6 +24,8 @@ from onnx import numpy_helper
 
 from .errors import TasoError, one_line
 from .mlir import ir, onnx_importer
+from .onnx_common import FUNCTIONS_ATTR, checker_stub
+from .ops import dense_attr
 from .types import DTYPE_TABLE, numpy_dtype, onnx_dtype_name
 
 #: Node attribute that carries a node's domain through the upstream importer (which drops it).
@@ -31,8 +33,6 @@ DOMAIN_ATTR = "taso_domain"
 #: Node attribute recording the types of empty list attributes of nodes outside the default domain
 #: ("name:FLOATS,..."): MLIR's empty array does not say whether it held ints, floats or strings.
 ATTR_TYPES_ATTR = "taso_attr_types"
-#: Module attribute holding the model-local functions (base64 of each serialized FunctionProto).
-FUNCTIONS_ATTR = "taso.onnx_functions"
 #: Integer initializers up to this many elements keep their values during shape inference
 #: (Reshape's shape, Split's sizes, ... are needed to infer shapes).
 _SMALL = 4096
@@ -61,7 +61,6 @@ def load_onnx(path: str) -> onnx.ModelProto:
 def check_model(model: onnx.ModelProto, where: str) -> None:
     """``onnx.checker`` on the model, without copying its weights (``onnx_export.checker_stub``), so
     also on a model of 2 GB or more."""
-    from .onnx_export import checker_stub
 
     try:
         onnx.checker.check_model(checker_stub(model))
@@ -202,7 +201,7 @@ def import_onnx(
     where: str = "model",
     convert: bool = True,
 ) -> ir.Module:
-    """Import ``model`` into a new module of ``ctx`` (made by ``mlir.make_context``).
+    """Import ``model`` into a new module of ``ctx`` (made by ``context.make_context``).
 
     With ``convert`` (the default) the result is in the `taso` dialect; otherwise it is the
     upstream importer's ``torch.operator "onnx.*"`` form with inline weights.
@@ -553,11 +552,6 @@ class _InlineWeights(onnx_importer.ContextCache):
 def _has_typed_data(tp) -> bool:
     return any(len(getattr(tp, f)) for f in (
         "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data"))
-
-
-def dense_attr(arr: np.ndarray, ttype: ir.Type) -> ir.Attribute:
-    """An inline dense attribute (MLIR stores a splat once)."""
-    return ir.DenseElementsAttr.get(np.ascontiguousarray(arr), type=ttype)
 
 
 def _run_importer(sk: onnx.ModelProto, ctx: ir.Context, weights, where: str) -> ir.Module:

@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .errors import TasoError
-from .handles import check_operands, erase_op, ir_step
+from .handles import OP_CHECKS, check_operands, erase_op, ir_step
 from .mlir import ir
 from .specs import MAX_ARITY, SpecError, spec
 
@@ -312,6 +312,9 @@ def verify_taso_op(op: ir.Operation) -> None:
         raise TasoError(f"{where}: '{op.name}' op: {e}") from None
 
 
+OP_CHECKS.append(verify_taso_op)  # (the IR debug mode's per-step checks, dialect/handles.py)
+
+
 def verify_module(module_op: ir.Operation) -> None:
     """MLIR's verifier, then the spec checks on every `taso` op."""
     try:
@@ -418,3 +421,8 @@ def function_dce(func_op: ir.Operation) -> int:
             erase_op(o)
             erased += 1
     return erased
+
+
+def dense_attr(arr: np.ndarray, ttype: ir.Type) -> ir.Attribute:
+    """An inline dense attribute (MLIR stores a splat once)."""
+    return ir.DenseElementsAttr.get(np.ascontiguousarray(arr), type=ttype)

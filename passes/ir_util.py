@@ -36,8 +36,8 @@ def tensor_like(shape, like: ir.Value) -> ir.Type:
 
 def op_sig(kind: str, attrs: dict, ins: list, outs: list, dtype: str, weights: tuple):
     """The cost model's signature of a ``taso.<kind>`` op (attributes completed from its spec)."""
-    from .cost import OpSig
-    from .tgraph import attrs_tuple
+    from taso_mlir.passes.cost.oracle import OpSig
+    from taso_mlir.passes.search.tgraph import attrs_tuple
 
     return OpSig(kind, attrs_tuple(specs.spec(kind).complete_attrs(attrs)), tuple(tuple(s) for s in ins),
                  tuple(tuple(s) for s in outs), dtype, False, weights)

@@ -4,14 +4,20 @@ A *function pass* rewrites one ``func.func`` body. It declares the statistics it
 ``taso-search``'s report, e.g. ``weights_folded``) and, where it needs them, a cost model or the rule
 library. Every function pass is registered (``registry.REGISTRY``), so it runs alone from
 ``taso-opt --pass-pipeline='builtin.module(taso-fold-constants)'`` or from the Python API, and is a
-named step of the IR debug mode (``dialect/handles.py``).
+named step of the IR debug mode (``dialect/handles.py``). This module imports no pass: the passes
+import it, and ``registry.py`` imports them.
 
-``taso-search`` (``passes/taso_search.py``) is a pipeline of them: the *prepare* passes, then a
+``taso-search`` (``passes/search/taso_search.py``) is a pipeline of them: the *prepare* passes, then a
 *guarded segment* (the flattening, the search proper and the *cleanup* passes) whose result is kept
-only where it costs no more as written than the function did when the segment began (the never-worse
-guard; where it is dropped, so are the statistics the segment counted). ``taso-opt
---dump-pass-pipeline`` prints it. The report is built from the statistics: a new pass declares its
-counters and needs no report code.
+only where it costs no more as written than the function did when the segment began (``run_guarded``,
+the never-worse guard; where it is dropped, so are the changes the segment counted). ``taso-opt
+--dump-pass-pipeline`` prints it; ``taso-opt --mlir-pass-statistics`` prints the counters each pass declared
+(``statistics_text``, after MLIR's ``--mlir-pass-statistics``). The report is built from the statistics:
+a new pass declares its counters and needs no report code.
+
+A pass declares two kinds of counter: ``statistics`` count changes to the IR (``neutral`` ones among them
+change nothing by themselves, e.g. matmuls flattened for the search and restored after it), ``work``
+counts what it did without changing the IR (graphs the search explored).
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ class FuncState:
     stats: Counter = field(default_factory=Counter)  # statistic -> count, this run
     extra: dict = field(default_factory=dict)  # report values that are not counters
     times: dict = field(default_factory=dict)  # pass argument -> seconds
+    current: str = ""  # the pass running
+    pass_stats: dict = field(default_factory=dict)  # pass argument -> Counter of its statistics
 
     @property
     def cost_model(self):
@@ -52,34 +60,49 @@ class FuncState:
 
     def count(self, key: str, n) -> None:
         self.stats[key] += n
+        self.pass_stats.setdefault(self.current, Counter())[key] += n
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FunctionPass:
     argument: str  # its name in pipelines, e.g. "taso-fold-constants"
     summary: str  # one line: what it does (its docstring in the module that implements it says why)
     run: Callable[[FuncState], None]
-    statistics: tuple[str, ...] = ()  # the counters it declares
+    statistics: dict = field(default_factory=dict)  # the counters of changes it declares: name -> what it counts
     needs_cost_model: bool = False
     needs_rules: bool = False
     group: str = "prepare"  # prepare | search | cleanup
+    neutral: tuple[str, ...] = ()  # of ``statistics``, those that change nothing by themselves
+    work: dict = field(default_factory=dict)  # counters of work that changes nothing (kept where the result is dropped)
 
-    def pass_info(self):
-        """This pass as a registered pass of its own (on every function of the module)."""
-        from .registry import PassInfo, PassOption, search_options
+    @property
+    def counters(self) -> dict:
+        """Every counter it declares, name -> what it counts."""
+        return {**self.statistics, **self.work}
 
-        options = ()
+    @property
+    def changes(self) -> tuple[str, ...]:
+        """The statistics that count changes to the IR."""
+        return tuple(k for k in self.statistics if k not in self.neutral)
+
+    def option_names(self) -> tuple[str, ...]:
+        """The options it takes, of ``taso-search``'s (``registry.search_options``)."""
         if self.needs_rules:
-            options = tuple(o for o in search_options() if o.name not in ("report", "latency-check"))
-        elif self.needs_cost_model:
-            options = tuple(o for o in search_options() if o.name == "cost-model")
-        return PassInfo(self.argument, self.summary, lambda op, opts: run_alone(self, op, opts), options)
+            return SEARCH_PASS_OPTIONS
+        return ("cost-model",) if self.needs_cost_model else ()
+
+
+#: the options of taso-search that the search run alone takes (not the report or the latency check)
+SEARCH_PASS_OPTIONS = ("alpha", "budget", "timeout", "window", "cost-model", "rules", "progress")
 
 
 def run_passes(st: FuncState, passes, after: Optional[dict] = None) -> None:
     """Run ``passes`` in order on ``st.f``, each a named step; ``after``: argument -> callback(st)."""
     for p in passes:
         tick = time.monotonic()
+        st.current = p.argument
+        for k in p.counters:  # (declared: shown, as zero, where the pass changed nothing)
+            st.pass_stats.setdefault(p.argument, Counter())[k] += 0
         with step(p.argument, st.f):
             p.run(st)
         st.times[p.argument] = st.times.get(p.argument, 0.0) + time.monotonic() - tick
@@ -87,35 +110,32 @@ def run_passes(st: FuncState, passes, after: Optional[dict] = None) -> None:
             after[p.argument](st)
 
 
-def run_alone(p: FunctionPass, module_op: ir.Operation, opts: dict) -> None:
-    """Run one function pass on every function of the module (``taso-opt`` / the Python API)."""
-    from taso_mlir.dialect.ops import function_bodies
+def run_guarded(st: FuncState, passes, measure: Callable[[ir.Operation], tuple]) -> Optional[dict]:
+    """Run ``passes`` and keep their result only where it costs no more than the function they started
+    from: ``measure(f) -> (cost, ops)``. Where it costs more, the function they started from is put
+    back (``st.f`` is then that function) with the statistics as they were before ``passes``, but for
+    their ``work`` counters, and the result's ``{"cost_ms", "ops"}`` is returned; else None."""
+    before = st.f.clone()  # detached
+    cost0, _ = measure(st.f)
+    kept = Counter(st.stats)
+    kept_pass = {k: Counter(v) for k, v in st.pass_stats.items()}
+    run_passes(st, passes)
+    cost1, ops1 = measure(st.f)
+    if cost1 <= cost0 * (1 + 1e-9):
+        return None
+    from taso_mlir.dialect.handles import erase_op
 
-    from . import tgraph as T
-    from .cost import get_cost_model
-
-    with module_op.context, ir.Location.unknown(module_op.context):
-        cm = get_cost_model(opts.get("cost-model", "analytic")) if (p.needs_cost_model or p.needs_rules) else None
-        try:
-            for f in function_bodies(module_op):
-                st = FuncState(f, opts=opts)
-                if cm is not None:
-                    st.builder = T.Builder(cm)
-                    st.written = T.Builder(cm, split_trees=False)
-                if p.needs_rules:
-                    from . import pdl as P
-                    from . import search as S
-                    from .taso_search import rewrites
-
-                    st.rws = rewrites(opts.get("rules") or None)
-                    st.by_id = {rw.id: rw for rw in st.rws}
-                    st.replayer = P.Replayer(st.rws)
-                    st.sopts = S.Options(alpha=opts.get("alpha", 1.05), budget=opts.get("budget", 100),
-                                         timeout=opts.get("timeout", 30.0), window=opts.get("window", 120))
-                p.run(st)
-        finally:
-            if cm is not None:
-                cm.close()
+    ir.InsertionPoint(st.f).insert(before)
+    erase_op(st.f)
+    st.f = before
+    work = {k for p in passes for k in p.work}
+    now = st.stats
+    st.stats = Counter({k: (now[k] if k in work else kept[k]) for k in set(now) | set(kept)})
+    for p in passes:
+        mine = st.pass_stats.get(p.argument, Counter())
+        old = kept_pass.get(p.argument, Counter())
+        st.pass_stats[p.argument] = Counter({k: (v if k in p.work else old.get(k, 0)) for k, v in mine.items()})
+    return {"cost_ms": cost1, "ops": ops1}
 
 
 def pipeline_text(groups: list, options: dict | None = None) -> str:
@@ -126,8 +146,40 @@ def pipeline_text(groups: list, options: dict | None = None) -> str:
     for name, passes in groups:
         args = []
         for p in passes:
-            takes = {o.name for o in p.pass_info().options}
+            takes = set(p.option_names())
             mine = " ".join(f"{k}={v}" for k, v in options.items() if k in takes)
             args.append(p.argument + (f"{{{mine}}}" if mine else ""))
         lines.append(f"  {name}: builtin.module({', '.join(args)})")
     return "\n".join(lines)
+
+
+#: the statistics of the passes run in this process since ``take_statistics`` last ran: pass -> Counter
+_COLLECTED: dict = {}
+
+
+def record_statistics(pass_stats: dict) -> None:
+    """Add one function's statistics (pass argument -> counts) to what ``take_statistics`` returns."""
+    for arg, counts in pass_stats.items():
+        _COLLECTED.setdefault(arg, Counter()).update(counts)
+        for k in counts:  # (a zero count is shown too)
+            _COLLECTED[arg][k] += 0
+
+
+def take_statistics() -> dict:
+    """The statistics recorded since the last call (pass argument -> Counter), and forget them."""
+    out = dict(_COLLECTED)
+    _COLLECTED.clear()
+    return out
+
+
+def statistics_text(stats: dict, passes) -> str:
+    """``stats`` (pass argument -> counts) as MLIR's ``--mlir-pass-statistics`` prints them: each pass
+    that ran, then its counters with what they count (from the passes' declarations, ``passes``)."""
+    what = {p.argument: p.counters for p in passes}
+    bar = "===" + "-" * 73 + "==="
+    lines = [bar, "... Pass statistics report ...".center(len(bar)).rstrip(), bar]
+    for arg, counts in stats.items():
+        lines.append(arg)
+        for k, n in counts.items():
+            lines.append(f"  ({k}) {n} - {what.get(arg, {}).get(k, k)}")
+    return "\n".join(lines) + "\n"

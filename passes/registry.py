@@ -15,11 +15,13 @@ Embedding in another compiler's pipeline::
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from taso_mlir.dialect.errors import TasoError, one_line
 from taso_mlir.dialect.mlir import ir, passmanager
+from taso_mlir.passes.pipeline import SEARCH_PASS_OPTIONS, FuncState, FunctionPass, record_statistics
 
 
 @dataclass(frozen=True)
@@ -91,12 +93,6 @@ def _run_verify(op: ir.Operation, opts: dict) -> None:
     verify_module(op)
 
 
-def _run_dce(op: ir.Operation, opts: dict) -> None:
-    from .dce import dead_code_elimination
-
-    dead_code_elimination(op)
-
-
 register(PassInfo(
     "convert-onnx-to-taso",
     "Convert ONNX operations (torch-mlir importer or onnx-mlir generic form) into the taso dialect; "
@@ -110,44 +106,8 @@ register(PassInfo(
     "Check every taso op against its operator spec (attributes, static shapes, result shapes)",
     _run_verify,
 ))
-register(PassInfo(
-    "taso-dce",
-    "Remove taso and onnx operations whose results are unused (ONNX operators have no side effects)",
-    _run_dce,
-))
-
-
-def _run_fold_batchnorm(op: ir.Operation, opts: dict) -> None:
-    from .fold_batchnorm import fold_batchnorm
-
-    fold_batchnorm(op)
-
-
-register(PassInfo(
-    "taso-fold-batchnorm",
-    "Fold inference batchnorm into the convolution before it (constant parameters, no fused activation, "
-    "the conv result used only by the batchnorm): conv2d(x, w*k, (b - mean)*k + bias), k = scale/sqrt(var+eps)",
-    _run_fold_batchnorm,
-))
-
-
-def _run_fuse_relu6(op: ir.Operation, opts: dict) -> None:
-    from .fuse_clip import fuse_relu6
-
-    fuse_relu6(op)
-
-
-register(PassInfo(
-    "taso-fuse-relu6",
-    "Fuse ReLU6 (onnx.Clip with constant bounds 0 and 6) into the convolution before it, directly or through a "
-    "taso.relu (no fused activation or a fused relu, the conv result used only by the Clip): "
-    "conv2d {activation = \"relu6\"}",
-    _run_fuse_relu6,
-))
-
-
 def _run_search(op: ir.Operation, opts: dict) -> None:
-    from .taso_search import run
+    from taso_mlir.passes.search.taso_search import run
 
     run(op, opts)
 
@@ -337,12 +297,44 @@ def run_pass_manager(pm: passmanager.PassManager, module_op: ir.Operation) -> No
         raise TasoError(f"pass pipeline failed: {one_line(e)}") from None
 
 
-def _register_function_passes() -> None:
-    from .taso_search import FUNCTION_PASSES
+def function_pass_info(p: FunctionPass) -> PassInfo:
+    """A function pass as a registered pass of its own, run on every function of the module."""
+    options = tuple(o for o in search_options() if o.name in p.option_names())
+    return PassInfo(p.argument, p.summary, lambda op, opts: run_alone(p, op, opts), options)
 
+
+def run_alone(p: FunctionPass, module_op: ir.Operation, opts: dict) -> None:
+    """Run one function pass on every function of the module (``taso-opt`` / the Python API)."""
+    from taso_mlir.dialect.ops import function_bodies
+    from taso_mlir.passes.cost.oracle import get_cost_model
+    from taso_mlir.passes.search import tgraph as T
+    from taso_mlir.passes.search.taso_search import search_setup
+
+    with module_op.context, ir.Location.unknown(module_op.context):
+        cm = get_cost_model(opts.get("cost-model", "analytic")) if (p.needs_cost_model or p.needs_rules) else None
+        try:
+            setup = {}
+            if p.needs_rules:
+                setup = search_setup(opts, cm)
+            elif cm is not None:
+                setup = dict(builder=T.Builder(cm), written=T.Builder(cm, split_trees=False))
+            for f in function_bodies(module_op):
+                st = FuncState(f, opts=opts, **setup)
+                st.current = p.argument
+                st.pass_stats[p.argument] = Counter({k: 0 for k in p.counters})
+                p.run(st)
+                record_statistics(st.pass_stats)
+        finally:
+            if cm is not None:
+                cm.close()
+
+
+def _register_function_passes() -> None:
+    from taso_mlir.passes.search.taso_search import FUNCTION_PASSES
+
+    assert {o.name for o in search_options()} >= set(SEARCH_PASS_OPTIONS)
     for fp in FUNCTION_PASSES:
-        if fp.argument not in REGISTRY:
-            register(fp.pass_info())
+        register(function_pass_info(fp))
 
 
 _register_function_passes()

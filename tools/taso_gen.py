@@ -86,7 +86,7 @@ def _main(argv) -> int:
     if derive_from == "shipped":
         derive_from = ",".join(str(p) for p in library.shipped_paths())
     if derive_from:
-        from ..passes import rulebook
+        from ..passes.search import rulebook
         try:  # before the enumeration: a bad file is a one-line error now, not after minutes
             rulebook.load(derive_from)
         except library.LibraryError as e:

@@ -52,6 +52,8 @@ def _build_parser() -> argparse.ArgumentParser:
         ap.add_argument(f"--{p.argument}", dest="passes", action="append_const", const=p.argument, help=p.summary)
     ap.add_argument("--mlir-print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
     ap.add_argument("--mlir-timing", action="store_true", help="report pass timing (stderr)")
+    ap.add_argument("--mlir-pass-statistics", action="store_true",
+                    help="print the statistics each taso pass counted (also the passes inside taso-search) to stderr")
     ap.add_argument("--split-input-file", action="store_true",
                     help="split MLIR input at '// -----' and process each chunk independently")
     ap.add_argument("--mlir-elide-elementsattrs-if-larger", type=int, metavar="N",
@@ -167,9 +169,9 @@ def _main(argv: list[str]) -> int:
         return 0
 
     if args.emit_pdl:
-        from taso_mlir.dialect.mlir import make_context
-        from taso_mlir.passes.pdl import emit_text
-        from taso_mlir.passes.taso_search import rewrites
+        from taso_mlir.dialect.context import make_context
+        from taso_mlir.passes.search.pdl import emit_text
+        from taso_mlir.passes.search.taso_search import rewrites
 
         with make_context():
             text = emit_text(rewrites())
@@ -279,6 +281,11 @@ def _main(argv: list[str]) -> int:
         _write_text(out_path, "// -----\n".join(outputs))
     for line in args.summary_lines:
         sys.stderr.write(line)
+    if args.mlir_pass_statistics:
+        from taso_mlir.passes.pipeline import statistics_text, take_statistics
+        from taso_mlir.passes.search.taso_search import FUNCTION_PASSES
+
+        sys.stderr.write(statistics_text(take_statistics(), FUNCTION_PASSES))
     return cli.EXIT_ERROR if failures else 0
 
 
@@ -286,7 +293,7 @@ def _dump_pipeline(pipeline) -> None:
     """Print the pipeline to stderr, each taso-search element expanded into the passes it runs."""
     from taso_mlir.dialect.errors import TasoError
     from taso_mlir.passes.registry import parse_element, split_top_level
-    from taso_mlir.passes.taso_search import dump_pipeline
+    from taso_mlir.passes.search.taso_search import dump_pipeline
 
     if not pipeline:
         raise TasoError("--dump-pass-pipeline: no passes given")
@@ -465,7 +472,8 @@ def _check_bytecode_reader(data: bytes, name: str) -> None:
         null = os.open(os.devnull, os.O_WRONLY)  # (MLIR's own messages: the caller reports the parse)
         os.dup2(null, 1)
         os.dup2(null, 2)
-        from taso_mlir.dialect.mlir import ir, make_context
+        from taso_mlir.dialect.mlir import ir
+        from taso_mlir.dialect.context import make_context
 
         ctx = make_context()
         try:
@@ -539,7 +547,8 @@ def _process(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, offset=0
 
 def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, offset=0):
     from taso_mlir.dialect.errors import TasoError, one_line
-    from taso_mlir.dialect.mlir import ir, make_context
+    from taso_mlir.dialect.mlir import ir
+    from taso_mlir.dialect.context import make_context
     from taso_mlir.dialect.ops import check_readable, verify_module
     from taso_mlir.passes.registry import build_pass_manager, run_pass_manager
 

@@ -52,7 +52,9 @@ func.func @fold_bias_grouped_strided(%x: tensor<1x2x5x5xf32>) -> tensor<1x4x3x3x
 // CHECK-LABEL: func.func @fused_relu
 // CHECK: %[[C:.*]] = "taso.conv2d"(%arg0, %{{.*}}) {activation = "relu"
 // CHECK: "taso.batchnorm"(%[[C]],
-// SEARCH: 0 batchnorms folded
+// SEARCH: @fused_relu: cost
+// SEARCH-NOT: batchnorms folded
+// SEARCH: total time
 func.func @fused_relu(%x: tensor<1x2x5x5xf32>) -> tensor<1x4x5x5xf32> {
   %w = "taso.weight"() {name = "w", value = dense<2.0> : tensor<4x2x3x3xf32>} : () -> tensor<4x2x3x3xf32>
   %s = "taso.weight"() {name = "scale", value = dense<3.0> : tensor<4xf32>} : () -> tensor<4xf32>
@@ -70,7 +72,9 @@ func.func @fused_relu(%x: tensor<1x2x5x5xf32>) -> tensor<1x4x5x5xf32> {
 // CHECK-LABEL: func.func @after_relu
 // CHECK: %[[R:.*]] = "taso.relu"(%arg0)
 // CHECK: "taso.batchnorm"(%[[R]],
-// SEARCH: 0 batchnorms folded
+// SEARCH: @after_relu: cost
+// SEARCH-NOT: batchnorms folded
+// SEARCH: total time
 func.func @after_relu(%x: tensor<1x4x5x5xf32>) -> tensor<1x4x5x5xf32> {
   %s = "taso.weight"() {name = "scale", value = dense<3.0> : tensor<4xf32>} : () -> tensor<4xf32>
   %b = "taso.weight"() {name = "bias", value = dense<0.5> : tensor<4xf32>} : () -> tensor<4xf32>
@@ -87,7 +91,9 @@ func.func @after_relu(%x: tensor<1x4x5x5xf32>) -> tensor<1x4x5x5xf32> {
 // CHECK-LABEL: func.func @mean_not_constant
 // CHECK: %[[C:.*]] = "taso.conv2d"(%arg0, %{{.*}}) {activation = "none"
 // CHECK: "taso.batchnorm"(%[[C]], %{{.*}}, %{{.*}}, %arg1, %{{.*}})
-// SEARCH: 0 batchnorms folded
+// SEARCH: @mean_not_constant: cost
+// SEARCH-NOT: batchnorms folded
+// SEARCH: total time
 func.func @mean_not_constant(%x: tensor<1x2x5x5xf32>, %mean: tensor<4xf32>) -> tensor<1x4x5x5xf32> {
   %w = "taso.weight"() {name = "w", value = dense<2.0> : tensor<4x2x3x3xf32>} : () -> tensor<4x2x3x3xf32>
   %s = "taso.weight"() {name = "scale", value = dense<3.0> : tensor<4xf32>} : () -> tensor<4xf32>
@@ -105,7 +111,9 @@ func.func @mean_not_constant(%x: tensor<1x2x5x5xf32>, %mean: tensor<4xf32>) -> t
 // CHECK: %[[C:.*]] = "taso.conv2d"(%arg0, %{{.*}}) {activation = "none"
 // CHECK: %[[Y:.*]] = "taso.batchnorm"(%[[C]],
 // CHECK: return %[[Y]], %[[C]]
-// SEARCH: 0 batchnorms folded
+// SEARCH: @conv_used_twice: cost
+// SEARCH-NOT: batchnorms folded
+// SEARCH: total time
 func.func @conv_used_twice(%x: tensor<1x2x5x5xf32>) -> (tensor<1x4x5x5xf32>, tensor<1x4x5x5xf32>) {
   %w = "taso.weight"() {name = "w", value = dense<2.0> : tensor<4x2x3x3xf32>} : () -> tensor<4x2x3x3xf32>
   %s = "taso.weight"() {name = "scale", value = dense<3.0> : tensor<4xf32>} : () -> tensor<4xf32>

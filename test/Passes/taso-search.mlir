@@ -132,7 +132,11 @@ func.func @fire_merge(%x: tensor<1x8x7x7xf32>) -> tensor<1x16x7x7xf32> {
 // CHECK-NOT: taso.split
 // CHECK-NOT: taso.matmul
 // CHECK: return %[[S]]#{{[0-3]}}, %[[S]]#{{[0-3]}}, %[[S]]#{{[0-3]}}, %[[S]]#{{[0-3]}}
-// REPORT: @merge_four_matmuls: {{.*}} ops 8 -> 3, 3 rewrites applied, {{.*}} 2 nested splits and 0 nested concats fused
+// REPORT: @merge_four_matmuls: {{.*}} ops 8 -> 3, 3 rewrites applied
+// REPORT-NOT: nested concats fused
+// REPORT: taso-fuse-split-trees: 2 nested splits fused
+// REPORT-NOT: nested concats fused
+// REPORT: total time
 func.func @merge_four_matmuls(%x: tensor<1x512xf32>) -> (tensor<1x512xf32>, tensor<1x512xf32>, tensor<1x512xf32>, tensor<1x512xf32>) {
   %w1 = "taso.weight"() {name = "w1", value = dense<0.5> : tensor<512x512xf32>} : () -> tensor<512x512xf32>
   %w2 = "taso.weight"() {name = "w2", value = dense<0.25> : tensor<512x512xf32>} : () -> tensor<512x512xf32>
@@ -175,7 +179,9 @@ func.func @shared_weight_concat(%x1: tensor<1x512xf32>, %x2: tensor<1x512xf32>) 
 // CHECK-NOT: taso.matmul
 // CHECK-NOT: taso.reshape
 // REPORT: @qkv_3d: {{.*}} 2 rewrites applied
-// REPORT: 3 matmuls of a shared input of rank 3 or more flattened to 2-D for the search (0 it left alone restored after it, 1 merged ones made to read the input again)
+// REPORT: taso-flatten-matmuls: 3 matmuls of a shared input of rank 3 or more flattened to 2-D for the search
+// REPORT-NOT: left alone restored
+// REPORT: taso-unflatten-matmuls: 1 merged flattened matmuls made to read the 3-D input again
 func.func @qkv_3d(%x: tensor<1x64x1024xf32>) -> (tensor<1x64x1024xf32>, tensor<1x64x1024xf32>, tensor<1x64x1024xf32>) {
   %wq = "taso.weight"() {name = "wq", value = dense<0.5> : tensor<1024x1024xf32>} : () -> tensor<1024x1024xf32>
   %wk = "taso.weight"() {name = "wk", value = dense<0.25> : tensor<1024x1024xf32>} : () -> tensor<1024x1024xf32>
@@ -197,7 +203,8 @@ func.func @qkv_3d(%x: tensor<1x64x1024xf32>) -> (tensor<1x64x1024xf32>, tensor<1
 // CHECK-NOT: taso.ewadd
 // CHECK-NOT: taso.relu
 // CHECK: return %[[S]]#0, %[[S]]#1
-// REPORT: @merge_biased_linears: {{.*}} 2 bias adds folded into matmuls
+// REPORT: @merge_biased_linears:
+// REPORT: taso-fold-matmul-bias: 2 bias adds folded into matmuls
 // REPORT: rules applied: {{.*}}M{{[0-9]+}}
 func.func @merge_biased_linears(%x: tensor<4x256xf32>) -> (tensor<4x256xf32>, tensor<4x256xf32>) {
   %w1 = "taso.weight"() {name = "w1", value = dense<0.5> : tensor<256x256xf32>} : () -> tensor<256x256xf32>
@@ -221,7 +228,9 @@ func.func @merge_biased_linears(%x: tensor<4x256xf32>) -> (tensor<4x256xf32>, te
 // CHECK: taso.matmul
 // CHECK: taso.ewadd
 // CHECK: taso.relu
-// REPORT: @row_bias_is_not_folded: {{.*}} 0 bias adds folded into matmuls
+// REPORT: @row_bias_is_not_folded:
+// REPORT-NOT: bias adds folded into matmuls
+// REPORT: total time
 func.func @row_bias_is_not_folded(%x: tensor<4x256xf32>) -> tensor<4x256xf32> {
   %w1 = "taso.weight"() {name = "w1", value = dense<0.5> : tensor<256x256xf32>} : () -> tensor<256x256xf32>
   %b1 = "taso.weight"() {name = "b1", value = dense<1.0> : tensor<1x256xf32>} : () -> tensor<1x256xf32>
@@ -247,7 +256,9 @@ func.func @row_bias_is_not_folded(%x: tensor<4x256xf32>) -> tensor<4x256xf32> {
 // CHECK: %[[P:.*]]:4 = "taso.split"(%[[M]])
 // CHECK: return %[[Q]]#0, %[[Q]]#1, %[[P]]#2, %[[Q]]#3
 // REPORT: @lift_over_splits: {{.*}} ops 9 -> 5
-// REPORT: 7 elementwise ops on split pieces lifted to one op on the whole tensor each group (0 weights'
+// REPORT: taso-lift-elementwise: 7 elementwise ops on split pieces lifted to one op on the whole tensor
+// REPORT-NOT: weights' column blocks permuted
+// REPORT: total time
 func.func @lift_over_splits(%x: tensor<1x1024xf32>, %h: tensor<1x1024xf32>) -> (tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>) {
   %xs:4 = "taso.split"(%x) {axis = 1 : i64, sizes = array<i64: 256, 256, 256, 256>, resultSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<1x1024xf32>) -> (tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>)
   %hs:4 = "taso.split"(%h) {axis = 1 : i64, sizes = array<i64: 256, 256, 256, 256>, resultSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<1x1024xf32>) -> (tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>, tensor<1x256xf32>)
@@ -316,7 +327,9 @@ func.func @no_lift_across_different_cuts(%x: tensor<1x1024xf32>, %h: tensor<1x10
 // CHECK: "taso.split"(%[[T]]) {axis = 1 : i64, {{.*}}sizes = array<i64: 4, 4, 4>}
 // CHECK-NOT: taso.transpose
 // REPORT: @heads: {{.*}} 0 rewrites applied
-// REPORT: 6 reshapes and transposes of split pieces lifted to one op on the whole tensor each split, 0 reshape chains composed
+// REPORT: taso-lift-layout: 6 reshapes and transposes of split pieces lifted to one op on the whole tensor
+// REPORT-NOT: reshape chains composed
+// REPORT: total time
 func.func @heads(%x: tensor<64x192xf32>) -> (tensor<1x4x64x16xf32>, tensor<1x4x64x16xf32>, tensor<1x4x64x16xf32>) {
   %s:3 = "taso.split"(%x) {axis = 1 : i64, sizes = array<i64: 64, 64, 64>, resultSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<64x192xf32>) -> (tensor<64x64xf32>, tensor<64x64xf32>, tensor<64x64xf32>)
   %r0 = "taso.reshape"(%s#0) {shape = array<i64: 1, 64, 4, 16>} : (tensor<64x64xf32>) -> tensor<1x64x4x16xf32>
@@ -353,7 +366,9 @@ func.func @heads_different_layouts(%x: tensor<64x128xf32>) -> (tensor<1x64x4x16x
 // CHECK: "taso.split"(%[[R]]) {axis = 0 : i64, {{.*}}sizes = array<i64: 4, 4, 4>}
 // CHECK: "onnx.Gather"(%arg1
 // CHECK-NOT: "onnx.Gather"
-// REPORT: raised before the search: 0 Squeeze/Unsqueeze/Flatten to reshapes, 3 Gathers of every index of an axis to splits
+// REPORT: @gathers_to_split:
+// REPORT-NOT: taso-raise-views
+// REPORT: taso-raise-gathers: 3 Gathers of every index of an axis raised to splits
 func.func @gathers_to_split(%x: tensor<3x4x8xf32>, %y: tensor<3x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>) {
   %i0 = "taso.weight"() {name = "i0", value = dense<0> : tensor<si64>} : () -> tensor<si64>
   %i1 = "taso.weight"() {name = "i1", value = dense<1> : tensor<si64>} : () -> tensor<si64>
@@ -375,8 +390,9 @@ func.func @gathers_to_split(%x: tensor<3x4x8xf32>, %y: tensor<3x8xf32>) -> (tens
 // CHECK: "taso.transpose"(%{{.*}}) {perm = array<i64: 1, 0>} : (tensor<2x64xf32>) -> tensor<64x2xf32>
 // CHECK-NEXT: return
 // REPORT: @shape_constants: {{.*}}
-// REPORT: 4 generic ONNX ops with constant results (shapes of static tensors, ops on weights) folded into weights before the search
-// REPORT: raised before the search: 2 Squeeze/Unsqueeze/Flatten to reshapes, 0 Gathers
+// REPORT: taso-fold-constants: 4 generic ONNX ops with constant results folded into weights
+// REPORT: taso-raise-views: 2 Squeeze/Unsqueeze/Flatten raised to reshapes
+// REPORT-NOT: taso-raise-gathers
 // REPORT: 1 reshape/transpose chains made one transpose
 func.func @shape_constants(%x: tensor<2x64xf32>) -> tensor<64x2xf32> {
   %s = "onnx.Shape"(%x) {start = -1 : si64} : (tensor<2x64xf32>) -> tensor<1xsi64>
@@ -435,7 +451,8 @@ func.func @row_chain(%x: tensor<2x4x8xf32>) -> tensor<2x3x4x2xf32> {
 // CHECK: "taso.weight"() {name = "bq.scaled{{[0-9]*}}", value = dense<1.250000e-01> : tensor<4xf32>}
 // CHECK-NOT: taso.smul
 // CHECK: "onnx.Div"
-// REPORT: 1 divisions by a power of two made scalar multiplies, 1 scalar multiplies folded into the weights they scale before the search
+// REPORT: taso-raise-divs: 1 divisions by a power of two made scalar multiplies
+// REPORT: taso-fold-scales: 1 scalar multiplies folded into the weights they scale
 func.func @attention_scale(%x: tensor<1x4x8xf32>, %k: tensor<1x2x2x4xf32>) -> (tensor<1x2x4x4xf32>, tensor<1x2x2x4xf32>) {
   %wq = "taso.weight"() {name = "wq", value = dense<0.5> : tensor<8x4xf32>} : () -> tensor<8x4xf32>
   %bq = "taso.weight"() {name = "bq", value = dense<1.0> : tensor<4xf32>} : () -> tensor<4xf32>

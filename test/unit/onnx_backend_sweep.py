@@ -180,7 +180,7 @@ def _run_case(case: dict) -> dict:
     import onnx
 
     from taso_mlir.dialect.errors import TasoError
-    from taso_mlir.dialect.mlir import make_context
+    from taso_mlir.dialect.context import make_context
     from taso_mlir.dialect.onnx_export import export_onnx
     from taso_mlir.dialect.onnx_import import import_onnx, load_onnx
 

@@ -8,7 +8,8 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from taso_mlir.dialect.errors import TasoError
-from taso_mlir.dialect.mlir import ir, make_context, passmanager
+from taso_mlir.dialect.mlir import ir, passmanager
+from taso_mlir.dialect.context import make_context
 from taso_mlir.dialect.onnx_export import export_onnx
 from taso_mlir.dialect.onnx_import import import_onnx
 from taso_mlir.passes import add_taso_pass, build_pass_manager, run_pass_manager

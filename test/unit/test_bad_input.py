@@ -409,7 +409,7 @@ def test_shape_refinement_does_not_fill_memory(monkeypatch):
                [h.make_tensor_value_info("y", T.FLOAT, ["n"]), h.make_tensor_value_info("tot", T.INT64, [])], inits)
     import onnx.reference
 
-    from taso_mlir.dialect.mlir import make_context
+    from taso_mlir.dialect.context import make_context
     from taso_mlir.dialect.onnx_import import import_onnx
 
     evaluated = []

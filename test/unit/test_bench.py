@@ -316,7 +316,7 @@ ROUND_TRIP_MAX_MB = 150
 @pytest.mark.parametrize("name", S.model_names())
 def test_full_size_model(name):
     from taso_mlir.benchmarks.example_models import weight_bytes
-    from taso_mlir.dialect.mlir import make_context
+    from taso_mlir.dialect.context import make_context
     from taso_mlir.dialect.numerics import compare_models
     from taso_mlir.dialect.onnx_export import export_onnx
     from taso_mlir.dialect.onnx_import import import_onnx

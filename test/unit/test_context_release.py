@@ -6,7 +6,8 @@ import gc
 import numpy as np
 
 from taso_mlir.dialect import irdl_gen
-from taso_mlir.dialect.mlir import ir, make_context
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.context import make_context
 
 _TEXT = """
 func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from taso_mlir.dialect.errors import TasoError
-from taso_mlir.passes.cost import PROFILES, CostModel, OpSig, get_cost_model
+from taso_mlir.passes.cost.oracle import PROFILES, CostModel, OpSig, get_cost_model
 
 
 def conv(x, o, k=1, pad=0, group=1, act="none", bias=False, stride=1):
@@ -199,7 +199,7 @@ def test_corrupt_cache_is_ignored(cache, capsys):
 def test_cpu_times_weight_operands_as_initializers(cache):
     """A weight operand is an initializer of the one-op model (as in the exported model, where
     onnxruntime pre-packs it), an activation a graph input; the two are cached apart."""
-    from taso_mlir.passes.cost import _one_op_model
+    from taso_mlir.passes.cost.oracle import _one_op_model
 
     act = TINY_MM
     wgt = OpSig(act.kind, act.attrs, act.in_shapes, act.out_shapes, weights=(False, True))
@@ -225,7 +225,7 @@ def test_cpu_split_of_a_4d_tensor_costs_its_pieces_reorders(cache):
     """onnxruntime keeps chains of convolutions in its blocked layout, and Split has no blocked kernel:
     a 4-D split costs its own copy plus each piece's reorders, measured as what a chain of two 1x1
     convolutions on the piece's shape saves over the two alone, and cached like a signature."""
-    from taso_mlir.passes.cost import _conv_chain_models
+    from taso_mlir.passes.cost.oracle import _conv_chain_models
 
     one, two = _conv_chain_models((1, 16, 9, 9))
     assert [n.op_type for n in one.graph.node] == ["Conv"] and [n.op_type for n in two.graph.node] == ["Conv"] * 2

@@ -8,7 +8,9 @@ import os
 import subprocess
 import sys
 
-from taso_mlir.dialect.mlir import ir, make_context
+from taso_mlir.dialect.mlir import ir
+
+from taso_mlir.dialect.context import make_context
 from taso_mlir.dialect.ops import dce_from, function_dce
 
 TEXT = """func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> {

@@ -14,8 +14,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from taso_mlir.dialect.mlir import ir, make_context
-from taso_mlir.passes import flatten_matmul as FM
+from taso_mlir.dialect.mlir import ir
+
+from taso_mlir.dialect.context import make_context
+from taso_mlir.passes.search import flatten_matmul as FM
 from unit_helpers import assert_same_in_onnxruntime, run_function
 
 
@@ -150,7 +152,7 @@ def test_the_split_identity_is_checked_and_a_wrong_one_refuted():
 
 
 def _analytic():
-    from taso_mlir.passes.cost import get_cost_model
+    from taso_mlir.passes.cost.oracle import get_cost_model
 
     return get_cost_model("analytic")
 
@@ -210,9 +212,9 @@ def test_a_search_result_that_costs_more_as_written_is_dropped(tmp_path, monkeyp
     """Two matmuls of a shared 3-D input, one output reshaped to heads: without the 3-D restore of the
     merged matmul, the merge the search chose (priced with the flattening's reshapes) costs more as
     written than the input, and the function the search started from is kept."""
-    from taso_mlir.passes import taso_search
+    from taso_mlir.passes.search import flatten_matmul
 
-    monkeypatch.setattr(taso_search, "unflatten_split_matmuls", lambda f, cm: 0)
+    monkeypatch.setattr(flatten_matmul, "unflatten_split_matmuls", lambda f, cm: 0)
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(rng.standard_normal((128, 192)).astype(np.float32), "w1"),
              numpy_helper.from_array(rng.standard_normal((128, 512)).astype(np.float32), "w2"),

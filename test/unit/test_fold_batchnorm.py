@@ -15,12 +15,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from taso_mlir.dialect import specs
-from taso_mlir.dialect.mlir import ir, make_context
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.context import make_context
 from taso_mlir.dialect.ops import dense_array, taso_attrs
-from taso_mlir.passes import fold_batchnorm as FB
-from taso_mlir.passes import taso_search
-from taso_mlir.passes import tgraph as T
-from taso_mlir.passes.cost import get_cost_model
+from taso_mlir.passes.prepare import fold_batchnorm as FB
+from taso_mlir.passes.search import taso_search
+from taso_mlir.passes.search import tgraph as T
+from taso_mlir.passes.cost.oracle import get_cost_model
 from taso_mlir.passes.registry import build_pass_manager, run_pass_manager
 
 NP = {"f16": np.float16, "f32": np.float32, "f64": np.float64}

@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from taso_mlir.passes import fold_scale as FS
+from taso_mlir.passes.prepare import fold_scale as FS
 from unit_helpers import assert_same_in_onnxruntime, run_pass
 
 
@@ -194,7 +194,8 @@ func.func @f(%x: tensor<2x4xf16>) -> tensor<2x4xf16> {{
   return %y : tensor<2x4xf16>
 }}
 """
-        from taso_mlir.dialect.mlir import ir, make_context
+        from taso_mlir.dialect.mlir import ir
+        from taso_mlir.dialect.context import make_context
 
         with make_context(), ir.Location.unknown():
             m = ir.Module.parse(text)
@@ -216,7 +217,8 @@ func.func @f(%x: tensor<4xf16>) -> tensor<4x4xf16> {
   return %o : tensor<4x4xf16>
 }
 """
-    from taso_mlir.dialect.mlir import ir, make_context
+    from taso_mlir.dialect.mlir import ir
+    from taso_mlir.dialect.context import make_context
 
     with make_context(), ir.Location.unknown():
         m = ir.Module.parse(text)

@@ -15,8 +15,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from taso_mlir.dialect import specs
-from taso_mlir.passes import fuse_clip as FC
-from taso_mlir.passes.cost import OpSig, _one_op_model
+from taso_mlir.passes.prepare import fuse_relu6 as FC
+from taso_mlir.passes.cost.oracle import OpSig, _one_op_model
 
 
 def test_fusion_is_proved():

@@ -22,7 +22,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from taso_mlir.dialect.mlir import make_context
+from taso_mlir.dialect.context import make_context
 from taso_mlir.dialect.onnx_export import export_onnx
 from taso_mlir.dialect.onnx_import import import_onnx
 from taso_mlir.dialect.ops import dense_array

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from taso_mlir.dialect.mlir import ir, make_context
-from taso_mlir.passes import identities as I
+from taso_mlir.dialect.mlir import ir
+
+from taso_mlir.dialect.context import make_context
+from taso_mlir.passes.prepare import identities as I
 
 
 def _run(body: str, args: str, ret: str) -> tuple[int, str]:

@@ -12,7 +12,8 @@ import pytest
 
 from taso_mlir.dialect import handles as H
 from taso_mlir.dialect.errors import TasoError
-from taso_mlir.dialect.mlir import ir, make_context
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.context import make_context
 from taso_mlir.dialect.ops import create_taso_op, function_dce
 
 T = "tensor<2x4xf32>"

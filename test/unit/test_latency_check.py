@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 
 from taso_mlir.benchmarks.example_models import build_inception
-from taso_mlir.dialect.mlir import ir, make_context
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.context import make_context
 from taso_mlir.dialect.onnx_export import export_onnx
 from taso_mlir.dialect.onnx_import import import_onnx
-from taso_mlir.passes import cost as C
-from taso_mlir.passes import latency as L
-from taso_mlir.passes import taso_search
-from taso_mlir.passes.search import introduces_split
+from taso_mlir.passes.cost import oracle as C
+from taso_mlir.passes.cost import latency as L
+from taso_mlir.passes.search import taso_search
+from taso_mlir.passes.search.backtracking import introduces_split
 from taso_mlir.passes.registry import build_pass_manager, run_pass_manager
 
 

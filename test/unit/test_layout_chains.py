@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from taso_mlir.passes import layout_chains as LC
-from taso_mlir.passes.cost import get_cost_model
+from taso_mlir.passes.cleanup import layout_chains as LC
+from taso_mlir.passes.cost.oracle import get_cost_model
 from unit_helpers import run_pass
 
 

@@ -14,10 +14,11 @@ import onnxruntime as ort
 import pytest
 
 from taso_mlir.benchmarks.suite import build_nasrnn
-from taso_mlir.dialect.mlir import ir, make_context
-from taso_mlir.passes.cost import CostModel, get_cost_model
-from taso_mlir.passes.lift_elementwise import lift_elementwise, prove
-from taso_mlir.passes.taso_search import fold_weights
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.context import make_context
+from taso_mlir.passes.cost.oracle import CostModel, get_cost_model
+from taso_mlir.passes.cleanup.lift_elementwise import lift_elementwise, prove
+from taso_mlir.passes.weights import fold_weights
 from taso_mlir.dialect.ops import function_dce
 from unit_helpers import run_function, run_pass
 
@@ -116,7 +117,7 @@ class _NoLaunch(CostModel):
     name = "bytes"
 
     def _cost(self, sig):
-        from taso_mlir.passes.cost import nbytes
+        from taso_mlir.passes.cost.oracle import nbytes
 
         return nbytes(sig) * 1e-9
 
@@ -162,7 +163,7 @@ def test_rnn_cell_end_to_end_in_onnxruntime(tmp_path):
 def test_duplicate_folded_weights_merge():
     """Two weight-only concats of the same kernels fold into equal weights, which become one; the input's
     own weights are left as they are even where equal."""
-    from taso_mlir.passes.taso_search import merge_duplicate_weights
+    from taso_mlir.passes.weights import merge_duplicate_weights
 
     text = """
 func.func @f(%x: tensor<2x4xf32>) -> (tensor<2x8xf32>, tensor<2x8xf32>, tensor<2x4xf32>, tensor<2x4xf32>) {

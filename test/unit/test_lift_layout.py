@@ -14,8 +14,8 @@ import onnxruntime as ort
 import pytest
 
 from taso_mlir.benchmarks.suite import build_bert
-from taso_mlir.passes import lift_layout as LL
-from taso_mlir.passes.cost import CostModel, get_cost_model, nbytes
+from taso_mlir.passes.cleanup import lift_layout as LL
+from taso_mlir.passes.cost.oracle import CostModel, get_cost_model, nbytes
 from unit_helpers import run_pass
 
 

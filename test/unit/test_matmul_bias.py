@@ -15,8 +15,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from taso_mlir.dialect import specs
-from taso_mlir.dialect.mlir import ir, make_context
-from taso_mlir.passes.matmul_bias import fuse_matmul_bias
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.context import make_context
+from taso_mlir.passes.prepare.fold_matmul_bias import fuse_matmul_bias
 from unit_helpers import assert_same_in_onnxruntime, run_function
 
 

@@ -12,7 +12,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from taso_mlir.dialect.errors import TasoError
-from taso_mlir.dialect.mlir import make_context
+from taso_mlir.dialect.context import make_context
 from taso_mlir.dialect.onnx_export import export_onnx
 from taso_mlir.dialect.onnx_import import import_onnx
 
@@ -138,7 +138,7 @@ def test_complex_weights_are_rejected_not_a_crash():
         import onnx
         from onnx import TensorProto as T, helper as h
         from taso_mlir.dialect.errors import TasoError
-        from taso_mlir.dialect.mlir import make_context
+        from taso_mlir.dialect.context import make_context
         from taso_mlir.dialect.onnx_import import import_onnx
         for dt in (T.COMPLEX64, T.COMPLEX128):
             for node, inits in (

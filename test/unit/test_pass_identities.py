@@ -22,9 +22,10 @@ import numpy as np
 import pytest
 
 from taso_mlir.dialect import specs
-from taso_mlir.dialect.mlir import ir, make_context
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.context import make_context
 from taso_mlir.dialect.ops import create_taso_op, new_weight
-from taso_mlir.passes.cost import CostModel
+from taso_mlir.passes.cost.oracle import CostModel
 from unit_helpers import run_function, run_pass
 
 
@@ -246,7 +247,7 @@ def test_symbolic_differs_finds_a_difference():
 
 
 def test_fold_scale_proof():
-    from taso_mlir.passes import fold_scale as FS
+    from taso_mlir.passes.prepare import fold_scale as FS
 
     assert FS.prove_shapes() == []  # (prove(), which runs it too, in test_fold_scale.py)
 
@@ -254,7 +255,7 @@ def test_fold_scale_proof():
 def test_fold_scale_proof_refutes_columns_that_assume_equal_pieces(monkeypatch):
     """A piece's columns computed as if every piece had the first one's size agree with the right
     ones at equal split sizes only: the shape-aware proof refutes them (at unequal sizes)."""
-    from taso_mlir.passes import fold_scale as FS
+    from taso_mlir.passes.prepare import fold_scale as FS
 
     monkeypatch.setattr(FS, "piece_columns", lambda sizes, k: (k * sizes[0], (k + 1) * sizes[0]))
     bad = FS.prove_shapes()
@@ -295,7 +296,7 @@ def _fold_scale_cases():
 
 @pytest.mark.parametrize("family, p, fires", _fold_scale_cases(), ids=lambda v: None)
 def test_fold_scale_at_adversarial_shapes(family, p, fires):
-    from taso_mlir.passes import fold_scale as FS
+    from taso_mlir.passes.prepare import fold_scale as FS
 
     F = _F()
     s = F.w(np.array(p["s"]))
@@ -345,7 +346,7 @@ def test_fold_scale_at_adversarial_shapes(family, p, fires):
 
 
 def test_flatten_matmul_proof():
-    from taso_mlir.passes import flatten_matmul as FM
+    from taso_mlir.passes.search import flatten_matmul as FM
 
     assert FM.prove_shapes() == []
 
@@ -376,7 +377,7 @@ def _flatten_cases():
 
 @pytest.mark.parametrize("family, p, fires", _flatten_cases(), ids=lambda v: None)
 def test_flatten_matmul_at_adversarial_shapes(family, p, fires):
-    from taso_mlir.passes import flatten_matmul as FM
+    from taso_mlir.passes.search import flatten_matmul as FM
 
     lead, k = p["lead"], p["k"]
     rows = math.prod(lead)
@@ -427,7 +428,7 @@ def test_flatten_matmul_at_adversarial_shapes(family, p, fires):
 
 
 def test_lift_elementwise_proof():
-    from taso_mlir.passes import lift_elementwise as LE
+    from taso_mlir.passes.cleanup import lift_elementwise as LE
 
     assert LE.prove_shapes() == []
 
@@ -455,7 +456,7 @@ def _lift_elementwise_cases():
 
 @pytest.mark.parametrize("family, p, fires", _lift_elementwise_cases(), ids=lambda v: None)
 def test_lift_elementwise_at_adversarial_shapes(family, p, fires):
-    from taso_mlir.passes.lift_elementwise import lift_elementwise
+    from taso_mlir.passes.cleanup.lift_elementwise import lift_elementwise
 
     F = _F()
     if family == "lift":
@@ -495,7 +496,7 @@ def test_lift_elementwise_at_adversarial_shapes(family, p, fires):
 
 
 def test_lift_layout_proof():
-    from taso_mlir.passes import lift_layout as LL
+    from taso_mlir.passes.cleanup import lift_layout as LL
 
     ok, cases = LL.check_plans()  # (the Z3 part of prove(), which runs this too, in test_lift_layout.py)
     assert ok, cases
@@ -506,7 +507,7 @@ def test_lift_layout_check_refutes_a_plan_that_ignores_the_leading_product(monke
     """A reshape plan that takes the first axis where the targets differ, without the leading axes'
     product being X's (right only where the split axis is the first one or the leading axes are 1),
     is refuted by the arange check."""
-    from taso_mlir.passes import lift_layout as LL
+    from taso_mlir.passes.cleanup import lift_layout as LL
 
     def loose(shape, axis, sizes, targets):
         t0 = list(targets[0])
@@ -524,7 +525,7 @@ def test_lift_layout_check_refutes_a_plan_that_ignores_the_leading_product(monke
 
 
 def _lift_layout_cases():
-    from taso_mlir.passes.lift_layout import _all_factorings, reshape_plan
+    from taso_mlir.passes.cleanup.lift_layout import _all_factorings, reshape_plan
 
     cases = []
     for shape in ([4, 6], [1, 6], [2, 3, 4], [3, 1, 4], [2, 2, 3, 2], [6, 2, 1]):
@@ -560,7 +561,7 @@ def _lift_layout_cases():
 
 @pytest.mark.parametrize("family, p, fires", _lift_layout_cases(), ids=lambda v: None)
 def test_lift_layout_at_adversarial_shapes(family, p, fires):
-    from taso_mlir.passes.lift_layout import lift_layout
+    from taso_mlir.passes.cleanup.lift_layout import lift_layout
 
     F = _F()
     shape, axis, sizes = p["shape"], p["axis"], p["sizes"]
@@ -579,7 +580,7 @@ def test_lift_layout_at_adversarial_shapes(family, p, fires):
 
 
 def test_layout_chains_proof():
-    from taso_mlir.passes import layout_chains as LC
+    from taso_mlir.passes.cleanup import layout_chains as LC
 
     ok, cases = LC.check_long_chains()  # (with the rest of prove() in test_layout_chains.py)
     assert ok, cases
@@ -629,7 +630,7 @@ def _layout_chain_cases():
 
 @pytest.mark.parametrize("family, p, fires", _layout_chain_cases(), ids=lambda v: None)
 def test_layout_chains_at_adversarial_shapes(family, p, fires):
-    from taso_mlir.passes import layout_chains as LC
+    from taso_mlir.passes.cleanup import layout_chains as LC
 
     F = _F()
     if family == "chains":
@@ -673,7 +674,7 @@ def test_layout_chains_at_adversarial_shapes(family, p, fires):
 
 
 def test_matmul_bias_proof():
-    from taso_mlir.passes import matmul_bias as MB
+    from taso_mlir.passes.prepare import fold_matmul_bias as MB
 
     assert MB.prove() == []
 
@@ -705,7 +706,7 @@ def _matmul_bias_cases():
 
 @pytest.mark.parametrize("family, p, fires", _matmul_bias_cases(), ids=lambda v: None)
 def test_matmul_bias_at_adversarial_shapes(family, p, fires):
-    from taso_mlir.passes.matmul_bias import fuse_matmul_bias
+    from taso_mlir.passes.prepare.fold_matmul_bias import fuse_matmul_bias
 
     F = _F()
     x, W, b = F.arg(p["xs"]), F.rw(p["ws"]), F.rw(p["bs"])
@@ -727,7 +728,7 @@ def test_matmul_bias_at_adversarial_shapes(family, p, fires):
 
 
 def test_fold_batchnorm_proof():
-    from taso_mlir.passes import fold_batchnorm as FB
+    from taso_mlir.passes.prepare import fold_batchnorm as FB
 
     assert FB.prove_shapes() == []
 
@@ -735,7 +736,7 @@ def test_fold_batchnorm_proof():
 def test_fold_batchnorm_proof_refutes_factors_on_the_wrong_channels(monkeypatch):
     """Folding with the factors in the reverse channel order agrees with the right fold only where
     every channel has the same factor: refuted."""
-    from taso_mlir.passes import fold_batchnorm as FB
+    from taso_mlir.passes.prepare import fold_batchnorm as FB
 
     right = FB.fold_by
     monkeypatch.setattr(FB, "fold_by", lambda w, b, k, bias, mean: right(w, b, k[::-1], bias, mean))
@@ -759,7 +760,7 @@ def _batchnorm_cases():
 
 @pytest.mark.parametrize("family, p, fires", _batchnorm_cases(), ids=lambda v: None)
 def test_fold_batchnorm_at_adversarial_shapes(family, p, fires):
-    from taso_mlir.passes.fold_batchnorm import fold_function
+    from taso_mlir.passes.prepare.fold_batchnorm import fold_function
 
     F = _F(p["et"])
     c, o, g, k = p["c"], p["o"], p["g"], p["k"]
@@ -783,7 +784,7 @@ def test_fold_batchnorm_at_adversarial_shapes(family, p, fires):
 
 
 def test_fuse_clip_proof():
-    from taso_mlir.passes import fuse_clip as FC
+    from taso_mlir.passes.prepare import fuse_relu6 as FC
 
     assert FC.prove_shapes() == []
 
@@ -806,7 +807,7 @@ def _clip_cases():
 
 @pytest.mark.parametrize("family, p, fires", _clip_cases(), ids=lambda v: None)
 def test_fuse_clip_at_adversarial_shapes(family, p, fires):
-    from taso_mlir.passes.fuse_clip import fuse_function
+    from taso_mlir.passes.prepare.fuse_relu6 import fuse_function
 
     F = _F()
     c, o, g = p["c"], p["o"], p["g"]
@@ -835,7 +836,7 @@ def test_fuse_clip_at_adversarial_shapes(family, p, fires):
 def test_raise_generic_proof():
     import z3
 
-    from taso_mlir.passes import raise_generic as R
+    from taso_mlir.passes.prepare import raise_generic as R
 
     # (at the full bounds in test_raise_generic.py)
     result, cases = R.prove(max_rank=2, max_dim=3)
@@ -845,7 +846,7 @@ def test_raise_generic_proof():
 
 
 def test_raise_generic_proof_refutes_a_gather_that_ignores_negative_indices(monkeypatch):
-    from taso_mlir.passes import raise_generic as R
+    from taso_mlir.passes.prepare import raise_generic as R
 
     monkeypatch.setattr(R, "gather_position", lambda shape, axis, index: (axis % len(shape), abs(index) % shape[axis]))
     result, case = R.prove(max_rank=2, max_dim=3)
@@ -877,7 +878,7 @@ def _raise_cases():
 
 @pytest.mark.parametrize("family, p, fires", _raise_cases(), ids=lambda v: None)
 def test_raise_generic_at_adversarial_shapes(family, p, fires):
-    from taso_mlir.passes.raise_generic import gathers_to_split, views_to_reshapes
+    from taso_mlir.passes.prepare.raise_generic import gathers_to_split, views_to_reshapes
 
     shape = p["shape"]
     if family == "gather":
@@ -925,7 +926,7 @@ def test_raise_generic_at_adversarial_shapes(family, p, fires):
 def _complex_gather_is_left_alone(p):
     """Before the fix, gathers of a complex (or float8) tensor became a ``taso.split`` of that type,
     which is not a valid taso op: an internal error in the debug mode, invalid IR without it."""
-    from taso_mlir.passes.raise_generic import gathers_to_split
+    from taso_mlir.passes.prepare.raise_generic import gathers_to_split
 
     et, shape = p["et"], p["shape"]
     t = f"tensor<{'x'.join(map(str, shape))}x{et}>"

@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 
 from taso_mlir.dialect import specs
-from taso_mlir.dialect.mlir import func, ir, make_context
+from taso_mlir.dialect.mlir import func, ir
+from taso_mlir.dialect.context import make_context
 from taso_mlir.dialect.ops import create_taso_op, function_dce
 from taso_mlir.generator import graph as G
 from taso_mlir.generator.candidates import SHAPE_VARIANTS, random_inputs, variant_shapes
-from taso_mlir.passes import pdl as P
-from taso_mlir.passes import rulebook as RB
-from taso_mlir.passes.taso_search import rewrites
+from taso_mlir.passes.search import pdl as P
+from taso_mlir.passes.search import rulebook as RB
+from taso_mlir.passes.search.taso_search import rewrites
 from unit_helpers import run_function
 
 REWRITES = rewrites()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from taso_mlir.passes import REGISTRY
-from taso_mlir.passes.taso_search import CLEANUP, FUNCTION_PASSES, PREPARE, SEARCH
+from taso_mlir.passes.search.taso_search import CLEANUP, FUNCTION_PASSES, PREPARE, SEARCH
 
 MODELS = Path(__file__).resolve().parents[2] / "benchmarks" / "models"
 EXAMPLE = sorted(MODELS.glob("*.onnx"))[0]

@@ -13,10 +13,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from taso_mlir.dialect.mlir import ir, make_context
+from taso_mlir.dialect.mlir import ir
+
+from taso_mlir.dialect.context import make_context
 from taso_mlir.dialect.ops import dense_array, function_dce
-from taso_mlir.passes import raise_generic as R
-from taso_mlir.passes.fold_generic import MAX_ELEMENTS, fold_generic
+from taso_mlir.passes.prepare import raise_generic as R
+from taso_mlir.passes.prepare.fold_constants import MAX_ELEMENTS, fold_generic
 from unit_helpers import assert_same_in_onnxruntime, run_function
 
 
@@ -221,7 +223,8 @@ def test_end_to_end_in_onnxruntime(tmp_path):
                         "-o", str(out)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "5 generic ONNX ops with constant results" in p.stderr, p.stderr
-    assert "raised before the search: 2 Squeeze/Unsqueeze/Flatten to reshapes, 3 Gathers" in p.stderr, p.stderr
+    assert "taso-raise-views: 2 Squeeze/Unsqueeze/Flatten raised to reshapes" in p.stderr, p.stderr
+    assert "taso-raise-gathers: 3 Gathers of every index of an axis raised to splits" in p.stderr, p.stderr
     ops = [n.op_type for n in onnx.load(str(out)).graph.node]
     assert not {"Gather", "Shape", "Sqrt", "Squeeze", "Unsqueeze"} & set(ops), ops
     assert ops.count("Split") == 1, ops
@@ -255,7 +258,7 @@ def test_an_op_with_an_omitted_optional_input_goes_through_the_search(tmp_path, 
 def test_repeated_ops_are_merged():
     """The padding mask reshaped and expanded once per layer: one of each is left. A random op and a
     custom-domain op are never merged."""
-    from taso_mlir.passes.cse import eliminate_common_subexpressions
+    from taso_mlir.passes.prepare.merge_repeats import eliminate_common_subexpressions
 
     text = """func.func @f(%m: tensor<2x8xf32>, %x: tensor<2x4x8x8xf32>) -> (tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x8xf32>, tensor<2x8xf32>, tensor<2x8xf32>, tensor<2x8xf32>) {
   %s = "taso.weight"() {name = "s", value = dense<[2, 4, 1, 8]> : tensor<4xsi64>} : () -> tensor<4xsi64>

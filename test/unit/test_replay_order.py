@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from taso_mlir.dialect.mlir import ir, make_context
-from taso_mlir.passes import pdl as P
+from taso_mlir.dialect.mlir import ir
+
+from taso_mlir.dialect.context import make_context
+from taso_mlir.passes.search import pdl as P
 
 T = "tensor<2x4xf32>"
 W = "tensor<4x4xf32>"
@@ -99,9 +101,10 @@ def _fusions(text: str, sites: list) -> None:
     values."""
     import numpy as np
 
-    from taso_mlir.passes import taso_search
-    from taso_mlir.passes import tgraph as T
-    from taso_mlir.passes.cost import get_cost_model
+    from taso_mlir.passes.search import taso_search
+    from taso_mlir.passes.search import backtracking_search
+    from taso_mlir.passes.search import tgraph as T
+    from taso_mlir.passes.cost.oracle import get_cost_model
     from unit_helpers import run_function
 
     rws = taso_search.rewrites()
@@ -120,7 +123,7 @@ def _fusions(text: str, sites: list) -> None:
             found = [s for s in T.all_sites(rws, g, T.Index(g, lambda n: True))
                      if s[0] == ri and nid in s[1] and T.check_global(rws[ri], g, s[1], s[3]) is None]
             g = T.apply(rws[ri], g, found[0][1], found[0][3], builder)
-        taso_search.replay(f, g, mops, P.Replayer(rws), by_id)
+        backtracking_search.replay(f, g, mops, P.Replayer(rws), by_id)
         assert m.operation.verify()
         assert T.structure(T.from_function(f, builder)[0]) == T.structure(g)
         for a, b in zip(run_function(f, feeds), want):
@@ -161,9 +164,10 @@ CASES = {"dead site second": (DEAD_SITE, ["w", "w2"]), "dead site first": (DEAD_
 
 def test_the_shared_twin_is_the_dead_op():
     """The case DEAD_TWIN builds is what it says: the graph's second rewrite shares the dead conv."""
-    from taso_mlir.passes import taso_search
-    from taso_mlir.passes import tgraph as T
-    from taso_mlir.passes.cost import get_cost_model
+    from taso_mlir.passes.search import taso_search
+    from taso_mlir.passes.search import backtracking_search
+    from taso_mlir.passes.search import tgraph as T
+    from taso_mlir.passes.cost.oracle import get_cost_model
 
     rws = taso_search.rewrites()
     ri = next(i for i, rw in enumerate(rws) if rw.id == "R0009b")

@@ -27,7 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from taso_mlir.benchmarks import example_models as em
 from taso_mlir.dialect.errors import TasoError
-from taso_mlir.dialect.mlir import make_context
+from taso_mlir.dialect.context import make_context
 from taso_mlir.dialect.onnx_export import export_onnx
 from taso_mlir.dialect.onnx_import import import_onnx, load_onnx
 
@@ -483,7 +483,7 @@ SCALE_RSS_BYTES = 4 * 1024**3
 _SCALE_CHILD = textwrap.dedent("""
     import json, resource, sys, time
     t0 = time.perf_counter()
-    from taso_mlir.dialect.mlir import make_context
+    from taso_mlir.dialect.context import make_context
     from taso_mlir.dialect.onnx_export import export_onnx, save_onnx
     from taso_mlir.dialect.onnx_import import import_onnx, load_onnx
     t1 = time.perf_counter()

@@ -12,7 +12,7 @@ from onnx import numpy_helper as nh
 
 from taso_mlir.dialect import onnx_export
 from taso_mlir.dialect.errors import TasoError
-from taso_mlir.dialect.mlir import make_context
+from taso_mlir.dialect.context import make_context
 from taso_mlir.dialect.onnx_import import import_onnx, load_onnx
 
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import pytest
 
 from taso_mlir.benchmarks import suite
-from taso_mlir.dialect.mlir import ir, make_context
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.context import make_context
 from taso_mlir.dialect.onnx_import import import_onnx
-from taso_mlir.passes import search as S
-from taso_mlir.passes import taso_search
-from taso_mlir.passes import tgraph as T
-from taso_mlir.passes.cost import get_cost_model
+from taso_mlir.passes.search import backtracking as S
+from taso_mlir.passes.search import taso_search
+from taso_mlir.passes.search import tgraph as T
+from taso_mlir.passes.cost.oracle import get_cost_model
 
 
 # four matmuls of one input, the first one's result also returned and split: merging them makes that

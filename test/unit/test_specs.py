@@ -23,7 +23,8 @@ import pytest
 
 from taso_mlir.dialect import specs
 from taso_mlir.dialect.errors import TasoError
-from taso_mlir.dialect.mlir import func, ir, make_context
+from taso_mlir.dialect.mlir import func, ir
+from taso_mlir.dialect.context import make_context
 from taso_mlir.dialect.onnx_export import export_onnx
 from taso_mlir.dialect.ops import create_taso_op, verify_taso_op
 from taso_mlir.dialect.specs import SPECS, ExactModeUnsupported, SpecError

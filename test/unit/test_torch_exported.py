@@ -142,7 +142,7 @@ def test_models_are_real_sized():
 
 def test_python_api_round_trip(workdir):
     """The same round trip through the Python API, in process, on a transformer encoder."""
-    from taso_mlir.dialect.mlir import make_context
+    from taso_mlir.dialect.context import make_context
     from taso_mlir.dialect.onnx_export import export_onnx, save_onnx
     from taso_mlir.dialect.onnx_import import import_onnx, load_onnx
 

@@ -36,7 +36,7 @@ def run_pass(text: str, apply, seed: int = 1, scale: float = 1.0, evaluate=None)
     ``scale``; ``evaluate``: the evaluator, ``run_function`` by default), call ``apply(f)`` on it (a
     function pass), remove dead ops, verify it and evaluate it again. Returns (op names after,
     ``apply``'s result, outputs before, outputs after)."""
-    from taso_mlir.dialect.mlir import make_context
+    from taso_mlir.dialect.context import make_context
     from taso_mlir.dialect.ops import function_dce
 
     with make_context(), ir.Location.unknown():

@@ -47,6 +47,7 @@ from taso_mlir.dialect.handles import check_live, erase_op, ir_step, replace_use
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import create_taso_op, dense_array, find_sites, function_bodies, named, new_weight, str_value, taso_attrs
 from taso_mlir.dialect.specs import SpecError, spec
+from taso_mlir.passes.pipeline import FuncState, FunctionPass
 
 FLOAT_ELEMS = ("f16", "f32", "f64")
 
@@ -218,3 +219,14 @@ def prove_shapes() -> list:
         if d is not None:
             bad.append(((n, c, o, g, kh, kw, strides, pads, dil, with_b), d))
     return bad
+
+
+def _run(st: FuncState) -> None:
+    st.count("batchnorms_folded", fold_function(st.f))
+
+
+PASS = FunctionPass(
+    "taso-fold-batchnorm",
+    "Fold inference batchnorm into the convolution before it (constant parameters, no fused activation, "
+    "the conv result used only by the batchnorm): conv2d(x, w*k, (b - mean)*k + bias), k = scale/sqrt(var+eps)",
+    _run, {"batchnorms_folded": "batchnorms folded into convolutions"})

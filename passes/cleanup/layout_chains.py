@@ -48,7 +48,9 @@ import numpy as np
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.ops import create_taso_op, elem_type, taso_attrs
-from .ir_util import static_shape, defining_op, use_owner, tensor_like, op_sig
+from taso_mlir.passes.ir_util import static_shape, defining_op, use_owner, tensor_like, op_sig
+from taso_mlir.passes.pipeline import FuncState, FunctionPass
+from taso_mlir.dialect.ops import function_dce
 
 
 _LAYOUT = ("taso.reshape", "taso.transpose")
@@ -515,3 +517,18 @@ def _prove_rows(max_rank: int, max_dim: int) -> tuple:
                     if got.shape != want.shape or not np.array_equal(got, want):
                         return False, (lead, steps)
     return True, cases
+
+
+def _run_rows(st: FuncState) -> None:
+    st.count("row_chains_moved", move_row_chains(st.f, st.cost_model))
+
+
+def _run_compose(st: FuncState) -> None:
+    st.count("layout_chains", compose_layout_chains(st.f, st.cost_model))
+    function_dce(st.f)  # (what the layout passes, and the cleanup before them, left unused)
+
+
+ROWS = FunctionPass("taso-move-row-chains", "Row reshapes and transposes moved across matmuls", _run_rows,
+                    {"row_chains_moved": "row reshapes/transposes moved across matmuls"}, needs_cost_model=True, group="cleanup")
+COMPOSE = FunctionPass("taso-compose-layout-chains", "A chain of reshapes and transposes made one transpose, "
+                       "then DCE", _run_compose, {"layout_chains": "reshape/transpose chains made one transpose"}, needs_cost_model=True, group="cleanup")

@@ -41,8 +41,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from . import rulebook as RB
-from . import tgraph as T
+from taso_mlir.passes.search import rulebook as RB
+from taso_mlir.passes.search import tgraph as T
 
 
 @dataclass

@@ -15,7 +15,10 @@ from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.ops import named
 
-from .fold_generic import RANDOM_OPS
+from taso_mlir.passes.prepare.fold_constants import RANDOM_OPS
+from taso_mlir.passes.pipeline import FuncState, FunctionPass
+from taso_mlir.passes.weights import merge_duplicate_weights
+from taso_mlir.dialect.ops import function_dce
 
 
 def _key(op: ir.Operation):
@@ -50,3 +53,19 @@ def eliminate_common_subexpressions(f: ir.Operation) -> int:
         erase_op(op)
         removed += 1
     return removed
+
+
+def _run(st: FuncState) -> None:
+    # equal folded weights first (``taso_folded_*``: the input's own weights stay as they are): the
+    # repeats of an op on them then have the same operands
+    f = st.f
+    merged = merge_duplicate_weights(f)
+    repeats = eliminate_common_subexpressions(f)
+    st.count("weights_merged", merged)
+    st.count("repeats_merged", repeats)
+    if merged or repeats:
+        function_dce(f)
+
+
+PASS = FunctionPass("taso-merge-repeats", "Merge equal folded weights (taso_folded_*) and repeated ops "
+                    "(same operands and attributes)", _run, {"weights_merged": "duplicate folded weights merged", "repeats_merged": "ops repeating an earlier op (same operands and attributes) merged into it"})

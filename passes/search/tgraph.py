@@ -21,9 +21,9 @@ from taso_mlir.dialect import specs
 from taso_mlir.dialect.errors import TasoError
 from taso_mlir.generator import graph as G
 
-from . import pdl as P
-from . import rulebook as RB
-from .cost import OpSig
+from taso_mlir.passes.search import pdl as P
+from taso_mlir.passes.search import rulebook as RB
+from taso_mlir.passes.cost.oracle import OpSig
 
 MASK = (1 << 64) - 1
 Value = tuple  # (node id, result index)

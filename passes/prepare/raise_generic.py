@@ -42,7 +42,8 @@ from taso_mlir.dialect.handles import check_live, each_live, erase_op, ir_step, 
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import TASO_ELEMS, create_taso_op, dense_array, named
 from taso_mlir.dialect.specs import MAX_ARITY
-from .ir_util import static_shape, defining_op, tensor_like
+from taso_mlir.passes.ir_util import static_shape, defining_op, tensor_like
+from taso_mlir.passes.pipeline import FuncState, FunctionPass
 
 
 
@@ -184,7 +185,7 @@ def prove(max_rank: int = 3, max_dim: int = 4) -> tuple:
 
     import z3
 
-    from .lift_layout import flat_index, unflat_index
+    from taso_mlir.passes.cleanup.lift_layout import flat_index, unflat_index
 
     X = z3.Function("X", z3.IntSort(), z3.RealSort())
     cases = 0
@@ -226,3 +227,17 @@ def prove(max_rank: int = 3, max_dim: int = 4) -> tuple:
                         if r != z3.unsat:
                             return r, ("gather", shape, given_axis, given_index, keep)
     return z3.unsat, cases
+
+
+def _run_views(st: FuncState) -> None:
+    st.count("views_raised", views_to_reshapes(st.f))
+
+
+def _run_gathers(st: FuncState) -> None:
+    st.count("gathers_raised", gathers_to_split(st.f))
+
+
+VIEWS = FunctionPass("taso-raise-views", "Squeeze/Unsqueeze/Flatten with static shapes as taso.reshape",
+                     _run_views, {"views_raised": "Squeeze/Unsqueeze/Flatten raised to reshapes"})
+GATHERS = FunctionPass("taso-raise-gathers", "Gathers of every index of an axis as one taso.split",
+                       _run_gathers, {"gathers_raised": "Gathers of every index of an axis raised to splits"})

@@ -53,7 +53,8 @@ from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import dense_array, find_sites, function_bodies, named, taso_attrs
 from taso_mlir.dialect.specs import RELU6_MAX
 
-from .fold_batchnorm import FLOAT_ELEMS, single_use_producer
+from taso_mlir.passes.prepare.fold_batchnorm import FLOAT_ELEMS, single_use_producer
+from taso_mlir.passes.pipeline import FuncState, FunctionPass
 
 #: the conv activations a Clip(0, 6) after it turns into relu6
 _FUSABLE = ("none", "relu")
@@ -206,3 +207,15 @@ def check_rounding(dtypes=(np.float16, np.float32, np.float64)) -> bool:
         if not np.array_equal(a, b):
             return False
     return True
+
+
+def _run(st: FuncState) -> None:
+    st.count("relu6_fused", fuse_function(st.f))
+
+
+PASS = FunctionPass(
+    "taso-fuse-relu6",
+    "Fuse ReLU6 (onnx.Clip with constant bounds 0 and 6) into the convolution before it, directly or through a "
+    "taso.relu (no fused activation or a fused relu, the conv result used only by the Clip): "
+    "conv2d {activation = \"relu6\"}",
+    _run, {"relu6_fused": "ReLU6 (Clip 0..6) fused into the convolutions before them"})

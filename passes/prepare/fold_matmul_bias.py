@@ -32,13 +32,14 @@ from taso_mlir.dialect.convert_onnx_to_taso import weight_of
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.ops import create_taso_op, taso_attrs
-from .ir_util import static_shape, defining_op
+from taso_mlir.passes.ir_util import static_shape, defining_op
+from taso_mlir.passes.pipeline import FuncState, FunctionPass
 
 
 
 def _gains(cost_model, m: ir.Operation, b: ir.Value, add: ir.Operation) -> bool:
     """The biased matmul costs no more than the matmul and the add apart (under ``cost_model``)."""
-    from .cost import OpSig
+    from taso_mlir.passes.cost.oracle import OpSig
 
     x, w = m.operands[0], m.operands[1]
     xs, ws, ys, bs = static_shape(x), static_shape(w), static_shape(m.results[0]), static_shape(b)
@@ -138,3 +139,12 @@ def prove() -> list:
                     if d is not None:
                         bad.append(("bias", xt, wt, (M, K, N), bs, d))
     return bad
+
+
+def _run(st: FuncState) -> None:
+    st.count("matmul_biases_fused", fuse_matmul_bias(st.f, st.cost_model))
+
+
+PASS = FunctionPass("taso-fold-matmul-bias", "Fold bias adds into the matmuls before them where the biased "
+                    "matmul costs no more under the cost model", _run, {"matmul_biases_fused": "bias adds folded into matmuls"},
+                    needs_cost_model=True)

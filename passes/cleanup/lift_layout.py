@@ -57,8 +57,9 @@ from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses, set_operand
 from taso_mlir.dialect.ops import create_taso_op, elem_type, taso_attrs
 
-from .lift_elementwise import goes_with, lift_until_done, split_cost
-from .ir_util import static_shape, defining_op, use_owner, tensor_like, op_sig
+from taso_mlir.passes.cleanup.lift_elementwise import goes_with, lift_until_done, split_cost
+from taso_mlir.passes.ir_util import static_shape, defining_op, use_owner, tensor_like, op_sig
+from taso_mlir.passes.pipeline import FuncState, FunctionPass
 
 
 def reshape_plan(shape: list, axis: int, sizes: list, targets: list) -> Optional[tuple[list, int, list]]:
@@ -424,3 +425,13 @@ def check_plans(max_rank: int = 3, max_dim: int = 3, max_pieces: int = 3, max_ta
                                 if new[i].shape != want.shape or not np.array_equal(new[i], want):
                                     return False, ("arange reshape", shape, axis, sizes, targets, i)
     return True, cases
+
+
+def _run(st: FuncState) -> None:
+    composed, lifted = lift_layout(st.f, st.cost_model)
+    st.count("reshapes_composed", composed)
+    st.count("layout_lifted", lifted)
+
+
+PASS = FunctionPass("taso-lift-layout", "Reshapes composed and layout ops lifted over splits", _run,
+                    {"reshapes_composed": "reshape chains composed", "layout_lifted": "reshapes and transposes of split pieces lifted to one op on the whole tensor"}, needs_cost_model=True, group="cleanup")

@@ -43,11 +43,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-from taso_mlir.dialect import specs
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.ops import create_taso_op, elem_type, taso_attrs
-from .ir_util import static_shape, defining_op, use_owner, op_sig
+from taso_mlir.passes.ir_util import static_shape, defining_op, use_owner, op_sig
+from taso_mlir.passes.pipeline import FuncState, FunctionPass
+from taso_mlir.passes.weights import fold_weights, merge_duplicate_weights
+from taso_mlir.dialect.ops import function_dce
 
 
 BINARY = ("ewadd", "ewmul")
@@ -367,3 +369,23 @@ def lift_elementwise(f: ir.Operation, cost_model) -> tuple[int, int]:
     lf = _Lifter(f, cost_model)
     lf.run()
     return lf.lifted, lf.permuted
+
+
+def _run(st: FuncState) -> None:
+    f = st.f
+    lifted, permuted = lift_elementwise(f, st.cost_model)
+    st.count("elementwise_lifted", lifted)
+    st.count("weights_permuted", permuted)
+    if permuted:
+        st.count("weights_folded", fold_weights(f))
+    # equal folded weights (the folding after the search makes new ones) are merged
+    merged = merge_duplicate_weights(f)
+    st.count("weights_merged", merged)
+    if lifted or permuted or merged:
+        function_dce(f)
+
+
+PASS = FunctionPass("taso-lift-elementwise", "Elementwise ops over a split's pieces lifted over the split; "
+                    "weights permuted to align", _run,
+                    {"elementwise_lifted": "elementwise ops on split pieces lifted to one op on the whole tensor", "weights_permuted": "weights' column blocks permuted to align pieces", "weights_folded": "weight-only ops folded into weights", "weights_merged": "duplicate folded weights merged"},
+                    needs_cost_model=True, group="cleanup")

@@ -62,9 +62,11 @@ from taso_mlir.dialect.ops import create_taso_op, dense_array, new_weight, taso_
 
 from taso_mlir.dialect.convert_onnx_to_taso import weight_of
 
-from .fold_generic import MAX_ELEMENTS, fresh_name, weight_names
-from .rulebook import FLOAT_TYPES
-from .ir_util import static_shape, defining_op
+from taso_mlir.passes.prepare.fold_constants import MAX_ELEMENTS, fresh_name, weight_names
+from taso_mlir.passes.search.rulebook import FLOAT_TYPES
+from taso_mlir.passes.ir_util import static_shape, defining_op
+from taso_mlir.passes.pipeline import FuncState, FunctionPass
+from taso_mlir.dialect.ops import function_dce
 
 #: how far up from the scaled value a plan looks
 _DEPTH = 12
@@ -432,3 +434,20 @@ def prove_shapes() -> list:
     check(("transpose",), np.transpose(v, (2, 0, 1)) * s, np.transpose(v * s, (2, 0, 1)))
     check(("relu",), S.relu(v) * s, S.relu(v * s), [s > 0])
     return bad
+
+
+def _run_divs(st: FuncState) -> None:
+    st.count("divs_raised", div_to_smul(st.f))
+
+
+def _run_scales(st: FuncState) -> None:
+    scales = fold_scalar_scales(st.f)
+    st.count("scales_folded", scales)
+    if scales:
+        function_dce(st.f)
+
+
+DIVS = FunctionPass("taso-raise-divs", "A division by a power of two as a scalar multiply, bit-exact",
+                    _run_divs, {"divs_raised": "divisions by a power of two made scalar multiplies"})
+SCALES = FunctionPass("taso-fold-scales", "Scalar multiplies folded into the weights they reach",
+                      _run_scales, {"scales_folded": "scalar multiplies folded into the weights they scale"})

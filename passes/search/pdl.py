@@ -34,7 +34,7 @@ from taso_mlir.dialect.mlir import ir, rewrite
 from taso_mlir.dialect.ops import elem_type, mlir_attr, producers, shape_of, taso_attrs
 from taso_mlir.generator import graph as G
 
-from . import rulebook as RB
+from taso_mlir.passes.search import rulebook as RB
 
 SITE_ATTR = "taso.site"
 MADE_ATTR = "taso.made"

@@ -41,7 +41,8 @@ import math
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.handles import check_live, each_live, erase_op, ir_step, ops_of, replace_uses, set_operand
 from taso_mlir.dialect.ops import create_taso_op, taso_attrs
-from .ir_util import static_shape, defining_op, use_owner, tensor_like, op_sig
+from taso_mlir.passes.ir_util import static_shape, defining_op, use_owner, tensor_like, op_sig
+from taso_mlir.passes.pipeline import FuncState, FunctionPass
 
 
 def _projection(op: ir.Operation, x: ir.Value) -> bool:
@@ -327,3 +328,21 @@ def prove_shapes(max_dim: int = 3) -> list:
                         if d is not None:
                             bad.append((what, lead, K, N, bias, cuts, d))
     return bad
+
+
+def _run_flatten(st: FuncState) -> None:
+    st.count("matmuls_flattened", flatten_shared_matmuls(st.f))
+
+
+def _run_unflatten(st: FuncState) -> None:
+    st.count("matmuls_unflattened", unflatten_matmuls(st.f))
+    st.count("merged_matmuls_unflattened", unflatten_split_matmuls(st.f, st.cost_model))
+
+
+FLATTEN = FunctionPass("taso-flatten-matmuls", "Sibling matmuls of one [..., K] input on 2-D reshapes of it, "
+                       "so that 2-D rules apply", _run_flatten, {"matmuls_flattened": "matmuls of a shared input of rank 3 or more flattened to 2-D for the search"}, group="search",
+                       neutral=("matmuls_flattened",))
+UNFLATTEN = FunctionPass("taso-unflatten-matmuls", "The flattened matmuls the search left alone (and merged "
+                         "ones, where it costs less) read their 3-D input again", _run_unflatten,
+                         {"matmuls_unflattened": "flattened matmuls the search left alone restored", "merged_matmuls_unflattened": "merged flattened matmuls made to read the 3-D input again"}, needs_cost_model=True,
+                         group="cleanup", neutral=("matmuls_unflattened", "merged_matmuls_unflattened"))

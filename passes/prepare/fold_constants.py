@@ -24,6 +24,10 @@ import numpy as np
 from taso_mlir.dialect.handles import each_live, erase_op, ir_step, ops_of, replace_uses
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import dense_array, named, new_weight, type_shape
+from taso_mlir.passes.pipeline import FuncState, FunctionPass
+from taso_mlir.passes.prepare.identities import drop_identities
+from taso_mlir.passes.weights import FOLDED_PREFIX, fold_weights, fresh_name, weight_names
+from taso_mlir.dialect.ops import function_dce
 
 #: the most elements a folded result may have (masks and scales are small; activations are not)
 MAX_ELEMENTS = 1 << 16
@@ -92,21 +96,6 @@ def _dtype(t: ir.Type):
         return None
 
 
-def weight_names(f: ir.Operation) -> set:
-    """The names of the weights of function ``f``."""
-    return {ir.StringAttr(o.operation.attributes["name"]).value for o in f.regions[0].blocks[0].operations
-            if o.operation.name == "taso.weight"}
-
-
-def fresh_name(prefix: str, names: set) -> str:
-    """``<prefix><i>`` for the first ``i`` from ``len(names)`` that is not in ``names``, added to them."""
-    i = len(names)
-    while f"{prefix}{i}" in names:
-        i += 1
-    names.add(f"{prefix}{i}")
-    return f"{prefix}{i}"
-
-
 def _small(t: ir.Type) -> bool:
     shape = type_shape(t)
     return shape is not None and int(np.prod(shape, dtype=np.int64)) <= MAX_ELEMENTS
@@ -157,3 +146,29 @@ def _evaluate(exporter, o: ir.Operation, ins: list) -> Optional[list]:
     finally:
         del exporter.nodes[before:]
     return [np.asarray(x) for x in res]
+
+
+def _run(st: FuncState) -> None:
+    # constants the generic ops compute (from static shapes, from weights) and the weight-only ops, so
+    # that identities they reveal (x + a folded zero) go before the search
+    f = st.f
+    generic_folded = pre_folded = 0
+    while True:  # (a generic op can use a taso op's folded result, and the other way round)
+        g_n = fold_generic(f, FOLDED_PREFIX, weight_names(f))
+        t_n = fold_weights(f)
+        generic_folded, pre_folded = generic_folded + g_n, pre_folded + t_n
+        if not (g_n or t_n):
+            break
+        function_dce(f)  # (the taso ops folded are dead, and would be folded again)
+    st.count("generic_folded", generic_folded)
+    st.count("weights_folded", pre_folded)
+    if pre_folded or generic_folded:
+        st.count("identities_dropped", drop_identities(f))
+        function_dce(f)
+
+
+PASS = FunctionPass(
+    "taso-fold-constants",
+    "Fold the generic ops with constant results and the taso ops computing only from weights into new "
+    "weights, then drop the identities (x + 0, x * 1) that reveals",
+    _run, {"generic_folded": "generic ONNX ops with constant results folded into weights", "weights_folded": "weight-only ops folded into weights", "identities_dropped": "identity ops (x + 0, x * 1) dropped"})

@@ -1,0 +1,322 @@
+"""``taso-search``: the pipeline of passes that optimizes a model with the verified rules.
+
+On every function it runs the *prepare* passes (``PREPARE``: batchnorms and constants folded, views,
+gathers and divisions raised to `taso` ops, scales folded, repeats merged, ReLU6 and bias adds fused,
+DCE), then a *guarded segment*: the search (``SEARCH``: 3-D matmuls flattened, TASO's backtracking search
+replayed on the IR as PDL patterns) and the *cleanup* passes (``CLEANUP``: weights folded, split and
+concat trees fused, elementwise and layout ops lifted over splits, flattened matmuls restored, layout
+chains composed). Each is a registered pass in its own module (``passes/prepare``, ``passes/search``,
+``passes/cleanup``); ``taso-opt --dump-pass-pipeline`` prints the pipeline.
+
+Two checks wrap the pipeline rather than living in a pass: the never-worse guard (``pipeline.run_guarded``:
+where the segment's result costs more as written than the function it started from, that function is
+kept) and, with the measured CPU cost model, the latency check (``_run_checked``: the result is timed
+against the input in onnxruntime). The report (``report``) is built from the statistics the passes
+declare; its cost before is the input's (before the batchnorm folding), so the reduction it reports
+includes the prepare passes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict
+from typing import Optional
+
+from taso_mlir.dialect.errors import TasoError
+from taso_mlir.dialect.handles import erase_op
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.ops import function_bodies
+from taso_mlir.passes import pipeline as PL
+from taso_mlir.passes.cleanup import dce, fold_weights, fuse_trees, layout_chains, lift_elementwise, lift_layout
+from taso_mlir.passes.cost.oracle import CpuMeasured, get_cost_model
+from taso_mlir.passes.pipeline import FuncState
+from taso_mlir.passes.prepare import (fold_batchnorm, fold_constants, fold_matmul_bias, fold_scale, fuse_relu6,
+                                      merge_repeats, raise_generic)
+from taso_mlir.passes.search import backtracking as S
+from taso_mlir.passes.search import backtracking_search, flatten_matmul
+from taso_mlir.passes.search import pdl as P
+from taso_mlir.passes.search import rulebook as RB
+from taso_mlir.passes.search import tgraph as T
+
+#: taso-search's passes, in order: prepare, then the guarded segment (search and cleanup)
+PREPARE = (fold_batchnorm.PASS, fold_constants.PASS, raise_generic.VIEWS, raise_generic.GATHERS, fold_scale.DIVS,
+           fold_scale.SCALES, merge_repeats.PASS, fuse_relu6.PASS, fold_matmul_bias.PASS, dce.PASS)
+SEARCH = (flatten_matmul.FLATTEN, backtracking_search.PASS)
+CLEANUP = (fold_weights.PASS, fuse_trees.SPLITS, lift_elementwise.PASS, fuse_trees.CONCATS, flatten_matmul.UNFLATTEN,
+           lift_layout.PASS, layout_chains.ROWS, layout_chains.COMPOSE)
+#: every function pass (each registered on its own as well)
+FUNCTION_PASSES = PREPARE + SEARCH + CLEANUP
+#: the statistics that count changes to the IR (zero where the input is kept), the search's rewrites aside
+_CHANGE_COUNTS = tuple(dict.fromkeys(k for p in FUNCTION_PASSES for k in p.changes if k != "rewrites_applied"))
+
+_REWRITES: dict = {}
+#: the report of the last run in this process (taso-bench reads it)
+LAST_REPORT: Optional[dict] = None
+
+
+def rewrites(path: Optional[str] = None) -> list:
+    key = path or ""
+    if key not in _REWRITES:
+        try:
+            _REWRITES[key] = S.usable_rewrites(RB.load(path))
+        except ValueError as e:  # library.LibraryError
+            raise TasoError(str(e)) from None
+    return _REWRITES[key]
+
+
+def search_setup(opts: dict, cost_model) -> dict:
+    """The ``FuncState`` fields the search needs, from the pass options: the rules, the graph builders
+    over ``cost_model``, the replayer and the search options."""
+    rws = rewrites(opts.get("rules") or None)
+    return dict(rws=rws, by_id={rw.id: rw for rw in rws}, replayer=P.Replayer(rws),
+                builder=T.Builder(cost_model), written=T.Builder(cost_model, split_trees=False),
+                sopts=S.Options(alpha=opts.get("alpha", 1.05), budget=opts.get("budget", 100),
+                                timeout=opts.get("timeout", 30.0), window=opts.get("window", 120)))
+
+
+def run(module_op: ir.Operation, opts: dict) -> dict:
+    with module_op.context, ir.Location.unknown(module_op.context):
+        return _run(module_op, opts)
+
+
+def _run(module_op: ir.Operation, opts: dict) -> dict:
+    global LAST_REPORT
+    t0 = time.monotonic()
+    cm = get_cost_model(opts.get("cost-model", "analytic"))
+    setup = search_setup(opts, cm)
+    report = {"cost_model": cm.name, "rules": len(setup["rws"]), "options": asdict(setup["sopts"]),
+              "functions": []}
+    funcs = function_bodies(module_op)
+    # the measured model can check the whole result on this machine; it needs the module as one ONNX graph
+    check = opts.get("latency-check", True) and isinstance(cm, CpuMeasured) and len(funcs) == 1
+    try:
+        for f in funcs:
+            if check:
+                fr = _run_checked(module_op, f, setup, opts)
+            else:
+                fr, _ = _run_pipeline(f, setup, opts)
+            report["functions"].append(fr)
+            PL.record_statistics(fr["pass_statistics"])
+    finally:
+        cm.close()
+    report["time_s"] = round(time.monotonic() - t0, 3)
+    fr = report["functions"]
+    report["cost_before_ms"] = sum(x["cost_before_ms"] for x in fr)
+    report["cost_after_ms"] = sum(x["cost_after_ms"] for x in fr)
+    report["applied"] = dict(sum((Counter(x["applied"]) for x in fr), Counter()).most_common())
+    report["estimated_costs"] = getattr(cm, "estimated", 0)
+    LAST_REPORT = report
+    dest = opts.get("report", "")
+    if dest:
+        _write_report(report, dest)
+    return report
+
+
+def dump_pipeline(options: dict | None = None) -> str:
+    """``taso-search`` as the passes it runs (what ``taso-opt --dump-pass-pipeline`` prints)."""
+    options = options or {}
+    head = " ".join(f"{k}={v}" for k, v in options.items())
+    return "\n".join([
+        "taso-search" + (f"{{{head}}}" if head else "") + " runs, on every function:",
+        PL.pipeline_text([("prepare", PREPARE)], options),
+        "  then, kept only where the function costs no more as written than before it (never worse):",
+        PL.pipeline_text([("search", SEARCH), ("cleanup", CLEANUP)], options),
+        "  (with cost-model=cpu, the whole result is then timed against the input: latency-check)",
+    ])
+
+
+def _run_pipeline(f, setup: dict, opts: dict) -> tuple[dict, ir.Operation]:
+    """The taso-search pipeline on one function: the prepare passes, then the search and cleanup passes
+    under the never-worse guard. Returns the function's report, built from the passes' statistics, and
+    the function (the guard may replace it)."""
+    st = FuncState(f, opts=opts, **setup)
+    written = st.written
+    # the costs reported are those of the function as written, where every split costs its own: the
+    # search charges nothing for a split of a split's piece on the same axis where nothing else uses
+    # the piece, which fuse_split_trees makes part of its parent only where the pieces are at most 16
+    g_in, _ = T.from_function(f, st.builder)
+    cost_in = T.from_function(f, written)[0].cost
+
+    def after_batchnorm(st):  # (the report's cost and ops after the batchnorm folding)
+        folded = st.stats["batchnorms_folded"]
+        st.extra["cost_after_fold_ms"] = T.from_function(st.f, written)[0].cost if folded else cost_in
+        st.extra["ops_after_fold"] = T.from_function(st.f, st.builder)[0].num_ops if folded else g_in.num_ops
+
+    PL.run_passes(st, PREPARE, after={fold_batchnorm.PASS.argument: after_batchnorm})
+
+    def measure(fn):
+        g = T.from_function(fn, written)[0]
+        return g.cost, g.num_ops
+
+    # (the search prices the flattened matmuls' reshapes, which the restoring takes away)
+    dropped = PL.run_guarded(st, SEARCH + CLEANUP, measure)
+    f = st.f
+    # the cost and op count of the function as written (split trees fused), which the search's cost
+    # model predicts except where a split tree could not be fused (more than MAX_ARITY pieces)
+    g_out, _ = T.from_function(f, written)
+    history = st.extra["history"]
+    if dropped:
+        dropped["rewrites"] = len(history)
+        history = []
+    fr = {
+        "function": st.name,
+        "ops_before": g_in.num_ops, "ops_after": g_out.num_ops,
+        "cost_before_ms": cost_in, "cost_after_ms": g_out.cost, "cost_searched_ms": st.extra["cost_searched_ms"],
+        "ops_after_fold": st.extra["ops_after_fold"], "cost_after_fold_ms": st.extra["cost_after_fold_ms"],
+        "fold_batchnorm_s": round(st.times[fold_batchnorm.PASS.argument], 3),
+        "applied": dict(Counter(h[0] for h in history).most_common()),
+        "timed_out": st.extra["timed_out"], "rejected_sites": st.extra["rejected_sites"],
+        "search_s": round(st.extra["search_s"], 3),
+        "replay_s": round(sum(st.times[p.argument] for p in SEARCH + CLEANUP) - st.extra["search_s"]
+                          - st.times[flatten_matmul.FLATTEN.argument], 3),
+        "pass_s": {k: round(v, 3) for k, v in st.times.items()},
+        "pass_statistics": {k: dict(v) for k, v in st.pass_stats.items()},
+    }
+    for p in FUNCTION_PASSES:  # the statistics every pass declares
+        for k in p.counters:
+            fr[k] = st.stats[k]
+    if dropped:
+        fr["search_result_dropped"] = dropped
+    return fr, f
+
+
+def _changed(fr: dict) -> bool:
+    """The function differs from its input."""
+    return bool(fr["rewrites_applied"] or any(fr[k] for k in _CHANGE_COUNTS))
+
+
+def _run_checked(module_op, f, setup: dict, opts: dict) -> dict:
+    """``_run_pipeline`` with the latency check of the measured cost model: the per-op costs the search
+    adds up miss how onnxruntime lays data out between ops (a split forces its neighbours out of the
+    blocked NCHWc layout), so the result is timed against the input, side by side in onnxruntime
+    (``latency.compare``). Where it is slower beyond the noise (the upper quartile of the per-round
+    speedups below 1), the function is searched again without the rewrites that introduce a split;
+    where that is slower too, or cannot be timed, the input is kept as it was. Where the first result
+    cannot be timed (onnxruntime refuses the model, the inputs cannot be made), it is kept and the
+    report says why. The report says what was timed and kept."""
+    from taso_mlir.dialect.errors import one_line
+    from taso_mlir.dialect.onnx_export import export_onnx
+    from taso_mlir.passes.cost import latency as L
+
+    backup = f.clone()  # detached
+    fr, f = _run_pipeline(f, setup, opts)
+    if not _changed(fr):
+        fr["latency_check"] = {"kept": "search result", "why": "the function is unchanged"}
+        return fr
+    settings = L.Settings(threads=setup["builder"].cost_model.threads)
+    scratch = ir.Module.create()
+    for na in module_op.attributes:
+        scratch.operation.attributes[na.name] = na.attr
+    ir.InsertionPoint(scratch.body).insert(backup.clone())
+    tick = time.monotonic()
+
+    def timed(what):
+        return dict(L.compare(before, export_onnx(module_op), settings), what=what)
+
+    try:
+        before = export_onnx(scratch)
+        tried = [timed("search result")]
+    except Exception as e:  # TasoError, or onnxruntime refusing a model: the result stands, untimed
+        fr["latency_check"] = {"kept": "search result", "why": f"not timed: {one_line(e)}"}
+        return fr
+    check = {"tried": tried}
+    fr["latency_check"] = check
+
+    def slower(t):
+        return t["iqr"][1] < 1.0
+
+    if not slower(tried[-1]):
+        check.update(kept="search result", time_s=round(time.monotonic() - tick, 3))
+        return fr
+
+    def restore():
+        g = backup.clone()
+        ir.InsertionPoint(f).insert(g)
+        erase_op(f)
+        return g
+
+    f = restore()
+    no_splits = dict(setup, rws=[rw for rw in setup["rws"] if not S.introduces_split(rw)])
+    fr2, f = _run_pipeline(f, no_splits, opts)
+    if _changed(fr2):
+        try:
+            tried.append(timed("search without splits"))
+        except Exception as e:
+            check["why"] = f"the search without splits not timed: {one_line(e)}"
+        else:
+            if not slower(tried[-1]):
+                fr2["latency_check"] = check
+                fr2["search_s"] = round(fr2["search_s"] + fr["search_s"], 3)  # both searches ran
+                check.update(kept="search without splits", time_s=round(time.monotonic() - tick, 3))
+                return fr2
+    f = restore()
+    g_in = T.from_function(f, setup["written"])[0]
+    fr.update(ops_after=g_in.num_ops, cost_after_ms=g_in.cost, cost_searched_ms=g_in.cost, applied={},
+              rewrites_applied=0)
+    fr.pop("search_result_dropped", None)
+    for k in _CHANGE_COUNTS:
+        fr[k] = 0
+    for counts in fr["pass_statistics"].values():
+        for k in counts:
+            if k in _CHANGE_COUNTS or k == "rewrites_applied":
+                counts[k] = 0
+    fr.update(ops_after_fold=fr["ops_before"], cost_after_fold_ms=fr["cost_before_ms"])
+    check.update(kept="input", time_s=round(time.monotonic() - tick, 3))
+    return fr
+
+
+def latency_check_text(lc: dict) -> str:
+    """One line of what a function's latency check timed (speedups and quartiles) and kept."""
+    timed = "; ".join(f"{t['what']} {t['speedup']:.3f}x (quartiles {t['iqr'][0]:.3f}-{t['iqr'][1]:.3f}, "
+                      f"{t['rounds']} rounds)" for t in lc.get("tried", ()))
+    return f"{timed or lc.get('why', '')}; kept: {lc['kept']}"
+
+
+def format_report(rep: dict) -> str:
+    """The report as text: per function, the cost and op counts before and after, then each pass that
+    changed something with its statistics (as the pass declares them), the rules applied, and what the
+    never-worse guard and the latency check kept."""
+    what = {p.argument: p.counters for p in FUNCTION_PASSES}
+    L = [f"taso-search: cost model {rep['cost_model']}, {rep['rules']} rewrites (proved rules, both "
+         f"usable directions), alpha {rep['options']['alpha']}, budget {rep['options']['budget']} per window"]
+    for fr in rep["functions"]:
+        before, after = fr["cost_before_ms"], fr["cost_after_ms"]
+        red = 100.0 * (before - after) / before if before else 0.0
+        L.append(f"  @{fr['function']}: cost {before:.4g} -> {after:.4g} ms ({red:.1f}% less), ops "
+                 f"{fr['ops_before']} -> {fr['ops_after']}, {fr['rewrites_applied']} rewrites applied, search "
+                 f"{fr['search_s']} s" + (", TIMED OUT (best so far kept)" if fr["timed_out"] else ""))
+        for arg, counts in fr.get("pass_statistics", {}).items():
+            done = [f"{n} {what.get(arg, {}).get(k, k)}" for k, n in counts.items() if n]
+            if done:
+                L.append(f"    {arg}: " + ", ".join(done))
+        if fr.get("search_result_dropped"):
+            d = fr["search_result_dropped"]
+            L.append(f"    the search's result ({d['rewrites']} rewrites) cost {d['cost_ms']:.4g} ms as written, more than "
+                     f"the function it started from: that function is kept")
+        if fr["applied"]:
+            L.append("    rules applied: " + ", ".join(f"{k} x{v}" for k, v in fr["applied"].items()))
+        lc = fr.get("latency_check")
+        if lc:
+            L.append(f"    latency check (onnxruntime, against the input): {latency_check_text(lc)}"
+                     + (f" ({lc['time_s']} s)" if "time_s" in lc else ""))
+    if rep.get("estimated_costs"):
+        L.append(f"  {rep['estimated_costs']} op signatures had no measurement and were estimated analytically")
+    L.append(f"  total time {rep['time_s']} s")
+    return "\n".join(L) + "\n"
+
+
+def _write_report(rep: dict, dest: str) -> None:
+    text = format_report(rep)
+    if dest in ("-", "stderr"):
+        sys.stderr.write(text)
+        return
+    from taso_mlir.dialect.onnx_export import write_atomic
+
+    if dest.endswith(".json"):
+        data = (json.dumps(rep, indent=1, sort_keys=True) + "\n").encode()
+    else:
+        data = text.encode()
+    write_atomic(dest, lambda f: f.write(data))
