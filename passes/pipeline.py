@@ -89,11 +89,11 @@ class FunctionPass:
         """The options it takes, of ``taso-search``'s (``registry.search_options``)."""
         if self.needs_rules:
             return SEARCH_PASS_OPTIONS
-        return ("cost-model",) if self.needs_cost_model else ()
+        return ("target", "cost-model") if self.needs_cost_model else ()
 
 
 #: the options of taso-search that the search run alone takes (not the report or the latency check)
-SEARCH_PASS_OPTIONS = ("alpha", "budget", "timeout", "window", "cost-model", "rules", "progress")
+SEARCH_PASS_OPTIONS = ("alpha", "budget", "timeout", "window", "target", "cost-model", "rules", "progress")
 
 
 def run_passes(st: FuncState, passes, after: Optional[dict] = None) -> None:

@@ -112,8 +112,11 @@ def _run_search(op: ir.Operation, opts: dict) -> None:
     run(op, opts)
 
 
-def _cost_model_name(v: str) -> bool:
-    return v in ("analytic", "cpu") or v.split(":")[0] in ("analytic", "cpu", "cuda")
+_TARGETS = "auto, cpu[:<threads>], cuda or analytic[:<device>]"
+
+
+def _target_name(v: str) -> bool:
+    return v in ("", "auto", "analytic", "cpu") or v.split(":")[0] in ("analytic", "cpu", "cuda")
 
 
 def search_options() -> tuple:
@@ -128,9 +131,11 @@ def search_options() -> tuple:
             (lambda v: v > 0, "positive")),
         PassOption("window", int, 120, "ops per search window (big graphs are searched window by window)",
             (lambda v: v >= 4, "at least 4")),
-        PassOption("cost-model", str, "analytic",
-            "analytic[:cpu|v100|t4|a100|h100] (roofline; analytic = analytic:t4), cpu (measured in "
-            "onnxruntime), cuda (its own issue)", (_cost_model_name, "analytic[:<device>], cpu or cuda")),
+        PassOption("target", str, "",
+            "what to optimize for: auto (the machine this runs on, measured: the CPU in onnxruntime), cpu, "
+            "cpu:<threads>, or an analytic profile analytic[:cpu|v100|t4|a100|h100] (an estimate; analytic = "
+            "analytic:t4); unnamed: the TASO_TARGET environment variable, else auto", (_target_name, _TARGETS)),
+        PassOption("cost-model", str, "", "the older name of target", (_target_name, _TARGETS)),
         PassOption("rules", str, "", "rules file(s), comma-separated, used instead of the shipped libraries "
             "(default: rules.jsonl, rules-n4.jsonl, rules-conv-bias.jsonl and rules-matmul-bias.jsonl)"),
         PassOption("latency-check", bool, True,
@@ -306,12 +311,12 @@ def function_pass_info(p: FunctionPass) -> PassInfo:
 def run_alone(p: FunctionPass, module_op: ir.Operation, opts: dict) -> None:
     """Run one function pass on every function of the module (``taso-opt`` / the Python API)."""
     from taso_mlir.dialect.ops import function_bodies
-    from taso_mlir.passes.cost.oracle import get_cost_model
+    from taso_mlir.passes.cost.oracle import get_cost_model, target_of
     from taso_mlir.passes.search import tgraph as T
     from taso_mlir.passes.search.taso_search import search_setup
 
     with module_op.context, ir.Location.unknown(module_op.context):
-        cm = get_cost_model(opts.get("cost-model", "analytic")) if (p.needs_cost_model or p.needs_rules) else None
+        cm = get_cost_model(target_of(opts)) if (p.needs_cost_model or p.needs_rules) else None
         try:
             setup = {}
             if p.needs_rules:

@@ -21,6 +21,9 @@ for var in ("HOME", "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH"):
 # The IR debug mode (dialect/handles.py: the IR verified after every pass and step of taso-search, handles
 # to erased ops kept readable and checked): on unless TASO_DEBUG_IR says otherwise.
 config.environment["TASO_DEBUG_IR"] = os.environ.get("TASO_DEBUG_IR", "1")
+# The target where a test names none: the analytic T4 profile, so that the checked IR does not depend on
+# this machine's timings (taso-search's default, auto, measures on the CPU).
+config.environment["TASO_TARGET"] = os.environ.get("TASO_TARGET", "analytic:t4")
 
 filecheck = shutil.which("filecheck") or shutil.which("FileCheck")
 if filecheck is None:

@@ -596,11 +596,47 @@ _BUILDERS = {
 # ---------------------------------------------------------------------------------------------
 
 
+#: the environment variable naming the target where a pass is given none (else ``auto``)
+TARGET_ENV = "TASO_TARGET"
+
+
+def target_of(opts: dict) -> str:
+    """The target a pass optimizes for, from its options: ``target`` (or its older name ``cost-model``;
+    both given must agree), else the ``TASO_TARGET`` environment variable, else ``auto``."""
+    t, cm = (opts.get("target") or "").strip(), (opts.get("cost-model") or "").strip()
+    if t and cm and t.lower() != cm.lower():
+        raise TasoError(f"target={t} and cost-model={cm} disagree (cost-model is the older name of target: "
+                        "give one)")
+    return t or cm or os.environ.get(TARGET_ENV, "").strip() or "auto"
+
+
+def machine_target() -> str:
+    """What ``auto`` means here: the machine this process runs on, measured. That is the CPU through
+    onnxruntime: a CUDA-measured oracle does not exist yet, so a GPU present changes nothing."""
+    return "cpu"
+
+
+def is_measured(cm: "CostModel") -> bool:
+    return not isinstance(cm, Analytic)
+
+
+def describe(cm: "CostModel") -> str:
+    """What a cost model's numbers are, for people: measured where, or estimated by which model."""
+    if isinstance(cm, Analytic):
+        dev = cm.p.name
+        what = f"an NVIDIA {dev.upper()}" if dev in ("t4", "v100", "a100", "h100") else f"a {dev} profile"
+        return f"estimated by the analytic roofline of {what}"
+    return f"measured on this machine's CPU ({_cpu_name()}) in onnxruntime, {cm.threads} thread(s)"
+
+
 def get_cost_model(spec: str = "analytic") -> CostModel:
-    """``analytic`` (= ``analytic:t4``), ``analytic:<cpu|v100|t4|a100|h100>``, ``cpu`` (measured,
-    1 thread), ``cpu:<threads>``; ``cuda[:<gpu>]`` is not available yet."""
+    """``auto`` (the machine this runs on, measured: ``machine_target``), ``analytic`` (= ``analytic:t4``),
+    ``analytic:<cpu|v100|t4|a100|h100>``, ``cpu`` (measured, 1 thread), ``cpu:<threads>``;
+    ``cuda[:<gpu>]`` is not available yet."""
     s = (spec or "analytic").strip().lower()
-    valid = f"analytic, analytic:<{'|'.join(sorted(PROFILES))}>, cpu, cpu:<threads>"
+    valid = f"auto, analytic, analytic:<{'|'.join(sorted(PROFILES))}>, cpu, cpu:<threads>"
+    if s == "auto":
+        s = machine_target()
     if s == "analytic":
         s = "analytic:t4"
     if s.startswith("analytic:"):
@@ -621,4 +657,5 @@ def get_cost_model(spec: str = "analytic") -> CostModel:
 
 
 __all__ = ["OpSig", "CostModel", "Analytic", "CpuMeasured", "Profile", "PROFILES", "cpu_profile",
-           "get_cost_model", "flops", "nbytes", "cache_dir"]
+           "get_cost_model", "target_of", "machine_target", "is_measured", "describe", "TARGET_ENV", "flops",
+           "nbytes", "cache_dir"]

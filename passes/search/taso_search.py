@@ -31,7 +31,7 @@ from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import function_bodies
 from taso_mlir.passes import pipeline as PL
 from taso_mlir.passes.cleanup import dce, fold_weights, fuse_trees, layout_chains, lift_elementwise, lift_layout
-from taso_mlir.passes.cost.oracle import CpuMeasured, get_cost_model
+from taso_mlir.passes.cost.oracle import CpuMeasured, describe, get_cost_model, is_measured, target_of
 from taso_mlir.passes.pipeline import FuncState
 from taso_mlir.passes.prepare import (fold_batchnorm, fold_constants, fold_matmul_bias, fold_scale, fuse_relu6,
                                       merge_repeats, raise_generic)
@@ -85,10 +85,10 @@ def run(module_op: ir.Operation, opts: dict) -> dict:
 def _run(module_op: ir.Operation, opts: dict) -> dict:
     global LAST_REPORT
     t0 = time.monotonic()
-    cm = get_cost_model(opts.get("cost-model", "analytic"))
+    cm = get_cost_model(target_of(opts))
     setup = search_setup(opts, cm)
-    report = {"cost_model": cm.name, "rules": len(setup["rws"]), "options": asdict(setup["sopts"]),
-              "functions": []}
+    report = {"target": cm.name, "measured": is_measured(cm), "costs": describe(cm), "cost_model": cm.name,
+              "rules": len(setup["rws"]), "options": asdict(setup["sopts"]), "functions": []}
     funcs = function_bodies(module_op)
     # the measured model can check the whole result on this machine; it needs the module as one ONNX graph
     check = opts.get("latency-check", True) and isinstance(cm, CpuMeasured) and len(funcs) == 1
@@ -106,6 +106,8 @@ def _run(module_op: ir.Operation, opts: dict) -> dict:
     fr = report["functions"]
     report["cost_before_ms"] = sum(x["cost_before_ms"] for x in fr)
     report["cost_after_ms"] = sum(x["cost_after_ms"] for x in fr)
+    report["compute_ops_before"] = sum(x["compute_ops_before"] for x in fr)
+    report["compute_ops_after"] = sum(x["compute_ops_after"] for x in fr)
     report["applied"] = dict(sum((Counter(x["applied"]) for x in fr), Counter()).most_common())
     report["estimated_costs"] = getattr(cm, "estimated", 0)
     LAST_REPORT = report
@@ -139,6 +141,7 @@ def _run_pipeline(f, setup: dict, opts: dict) -> tuple[dict, ir.Operation]:
     # the piece, which fuse_split_trees makes part of its parent only where the pieces are at most 16
     g_in, _ = T.from_function(f, st.builder)
     cost_in = T.from_function(f, written)[0].cost
+    compute_in = compute_ops(f)
 
     def after_batchnorm(st):  # (the report's cost and ops after the batchnorm folding)
         folded = st.stats["batchnorms_folded"]
@@ -164,6 +167,7 @@ def _run_pipeline(f, setup: dict, opts: dict) -> tuple[dict, ir.Operation]:
     fr = {
         "function": st.name,
         "ops_before": g_in.num_ops, "ops_after": g_out.num_ops,
+        "compute_ops_before": compute_in, "compute_ops_after": compute_ops(f),
         "cost_before_ms": cost_in, "cost_after_ms": g_out.cost, "cost_searched_ms": st.extra["cost_searched_ms"],
         "ops_after_fold": st.extra["ops_after_fold"], "cost_after_fold_ms": st.extra["cost_after_fold_ms"],
         "fold_batchnorm_s": round(st.times[fold_batchnorm.PASS.argument], 3),
@@ -181,6 +185,14 @@ def _run_pipeline(f, setup: dict, opts: dict) -> tuple[dict, ir.Operation]:
     if dropped:
         fr["search_result_dropped"] = dropped
     return fr, f
+
+
+def compute_ops(f: ir.Operation) -> int:
+    """The ops of function ``f`` that compute: taso and generic onnx ops, not weights (as ``taso-opt
+    --summary``'s census counts them)."""
+    return sum(1 for o in f.regions[0].blocks[0].operations
+               if (o.operation.name.startswith("taso.") and o.operation.name != "taso.weight")
+               or (o.operation.name.startswith("onnx.") and o.operation.name != "onnx.NoValue"))
 
 
 def _changed(fr: dict) -> bool:
@@ -255,7 +267,7 @@ def _run_checked(module_op, f, setup: dict, opts: dict) -> dict:
     f = restore()
     g_in = T.from_function(f, setup["written"])[0]
     fr.update(ops_after=g_in.num_ops, cost_after_ms=g_in.cost, cost_searched_ms=g_in.cost, applied={},
-              rewrites_applied=0)
+              rewrites_applied=0, compute_ops_after=fr["compute_ops_before"])
     fr.pop("search_result_dropped", None)
     for k in _CHANGE_COUNTS:
         fr[k] = 0
@@ -280,13 +292,15 @@ def format_report(rep: dict) -> str:
     changed something with its statistics (as the pass declares them), the rules applied, and what the
     never-worse guard and the latency check kept."""
     what = {p.argument: p.counters for p in FUNCTION_PASSES}
-    L = [f"taso-search: cost model {rep['cost_model']}, {rep['rules']} rewrites (proved rules, both "
-         f"usable directions), alpha {rep['options']['alpha']}, budget {rep['options']['budget']} per window"]
+    L = [f"taso-search: target {rep['target']}, costs {rep['costs']}; {rep['rules']} rewrites (proved rules, "
+         f"both usable directions), alpha {rep['options']['alpha']}, budget {rep['options']['budget']} per window"]
     for fr in rep["functions"]:
         before, after = fr["cost_before_ms"], fr["cost_after_ms"]
         red = 100.0 * (before - after) / before if before else 0.0
-        L.append(f"  @{fr['function']}: cost {before:.4g} -> {after:.4g} ms ({red:.1f}% less), ops "
-                 f"{fr['ops_before']} -> {fr['ops_after']}, {fr['rewrites_applied']} rewrites applied, search "
+        L.append(f"  @{fr['function']}: cost {before:.4g} -> {after:.4g} ms ({red:.1f}% less, "
+                 f"{'per-op times measured' if rep['measured'] else 'estimated'}), ops {fr['ops_before']} -> {fr['ops_after']} "
+                 f"({fr['compute_ops_before']} -> {fr['compute_ops_after']} without weights), "
+                 f"{fr['rewrites_applied']} rewrites applied, search "
                  f"{fr['search_s']} s" + (", TIMED OUT (best so far kept)" if fr["timed_out"] else ""))
         for arg, counts in fr.get("pass_statistics", {}).items():
             done = [f"{n} {what.get(arg, {}).get(k, k)}" for k, n in counts.items() if n]
