@@ -288,7 +288,7 @@ def cache_dir() -> str:
     return os.environ.get("TASO_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "taso-mlir")
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -322,7 +322,7 @@ class CpuMeasured(CostModel):
         self.threads = max(1, int(threads))
         self.repeats, self.warmup, self.target_s, self.budget_s = repeats, warmup, target_s, budget_s
         self.name = "cpu" if self.threads == 1 else f"cpu:{self.threads}"
-        self.device = f"{_cpu_name()} | onnxruntime {onnxruntime.__version__} | {self.threads} thread(s)"
+        self.device = f"{cpu_name()} | onnxruntime {onnxruntime.__version__} | {self.threads} thread(s)"
         self.fallback = Analytic(cpu_profile(self.threads))
         self.measured = 0
         self.layouts_measured = 0  # the blocked-layout reorder costs measured (``_reorder``)
@@ -626,7 +626,7 @@ def describe(cm: "CostModel") -> str:
         dev = cm.p.name
         what = f"an NVIDIA {dev.upper()}" if dev in ("t4", "v100", "a100", "h100") else f"a {dev} profile"
         return f"estimated by the analytic roofline of {what}"
-    return f"measured on this machine's CPU ({_cpu_name()}) in onnxruntime, {cm.threads} thread(s)"
+    return f"measured on this machine's CPU ({cpu_name()}) in onnxruntime, {cm.threads} thread(s)"
 
 
 def get_cost_model(spec: str = "analytic") -> CostModel:
