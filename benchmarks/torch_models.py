@@ -612,6 +612,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     a = ap.parse_args(argv)
     if a.workdir and not os.path.isdir(a.workdir):
         ap.error(f"--workdir {a.workdir}: no such directory")
+    if a.search is None and a.measure is None and (not a.model or not a.output):
+        ap.error("give MODEL OUTPUT, or --measure")
+    import importlib.util
+
+    missing = [m for m in ("torch", "onnxscript") if (m == "torch" or a.exporter == "dynamo")
+               and importlib.util.find_spec(m) is None]
+    if missing:  # (one line, not the traceback of the first import)
+        sys.stderr.write(f"{ap.prog}: error: {' and '.join(missing)} not installed: "
+                         f"pip install 'taso-mlir[torch]'\n")
+        return 1
     if a.search is not None:
         import tempfile
 
