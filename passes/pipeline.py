@@ -27,6 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from taso_mlir.dialect import progress
 from taso_mlir.dialect.handles import step
 from taso_mlir.dialect.mlir import ir
 
@@ -97,9 +98,12 @@ SEARCH_PASS_OPTIONS = ("alpha", "budget", "timeout", "window", "target", "cost-m
 
 
 def run_passes(st: FuncState, passes, after: Optional[dict] = None) -> None:
-    """Run ``passes`` in order on ``st.f``, each a named step; ``after``: argument -> callback(st)."""
+    """Run ``passes`` in order on ``st.f``, each a named step; ``after``: argument -> callback(st). Each
+    pass is reported to ``progress`` (shown where a tool turned progress on)."""
     for p in passes:
         tick = time.monotonic()
+        if progress.active():
+            progress.update(f"@{st.name}: {p.argument}")
         st.current = p.argument
         for k in p.counters:  # (declared: shown, as zero, where the pass changed nothing)
             st.pass_stats.setdefault(p.argument, Counter())[k] += 0

@@ -19,9 +19,31 @@ def die(prog: str, msg: str, code: int = EXIT_ERROR) -> int:
     return code
 
 
+def version(prog: str) -> str:
+    """``<prog> <version of the installed taso-mlir>`` (what ``--version`` prints)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as package_version
+
+    try:
+        v = package_version("taso-mlir")
+    except PackageNotFoundError:
+        v = "(not installed)"
+    return f"{prog} {v}"
+
+
+def asks_version(argv: list[str]) -> bool:
+    """Whether the command line asks for ``--version`` (before a ``--``)."""
+    argv = [str(a) for a in argv]
+    return "--version" in (argv[:argv.index("--")] if "--" in argv else argv)
+
+
 def run(prog: str, body: Callable[[list[str]], int], argv: Optional[list[str]] = None) -> int:
-    """Run ``body(argv)`` and turn what it raises into the tool's exit status."""
+    """Run ``body(argv)`` and turn what it raises into the tool's exit status. ``--version`` prints
+    ``version(prog)`` on stdout instead, for every tool."""
     argv = sys.argv[1:] if argv is None else argv
+    if asks_version(argv):
+        sys.stdout.write(version(prog) + "\n")
+        return 0
     try:
         return body(argv)
     except KeyboardInterrupt:

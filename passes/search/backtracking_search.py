@@ -10,10 +10,10 @@ scored (an internal error otherwise). Every rewrite is one of the proved rules.
 
 from __future__ import annotations
 
-import sys
 import time
 
 from taso_mlir.dialect import handles as H
+from taso_mlir.dialect import progress
 from taso_mlir.dialect.errors import TasoError
 from taso_mlir.dialect.handles import check_live, erase_op, internal_error, ir_step, replace_uses
 from taso_mlir.dialect.mlir import ir
@@ -33,13 +33,12 @@ def _run(st: FuncState) -> None:
     g0, mops = T.from_function(f, st.builder)
     tick = time.monotonic()
 
-    def progress(i, n, cost):
-        sys.stderr.write(f"\rtaso-search @{name}: window {i}/{n}, cost {cost:.4g} ms")
-        if i == n:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+    def windows(i, n, cost):
+        progress.update(f"@{name}: search window {i}/{n}, cost {cost:.4g} ms")
 
-    best, stats = S.search(g0, st.rws, st.builder, st.sopts, progress if st.opts.get("progress") else None)
+    # (shown where taso-opt turned progress on, or where the pass's own progress option asks for it)
+    with progress.shown_if(bool(st.opts.get("progress"))):
+        best, stats = S.search(g0, st.rws, st.builder, st.sopts, windows if progress.active() else None)
     st.extra["search_s"] = time.monotonic() - tick
     st.extra["replay_tick"] = time.monotonic()
     replay(f, best, mops, st.replayer, st.by_id)
