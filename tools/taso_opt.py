@@ -8,7 +8,10 @@
 Input: ``.onnx``, ``.mlir``, ``.mlirbc`` or ``-`` (MLIR text or bytecode on stdin). Output format from
 the ``-o`` suffix: ``.onnx``, ``.mlirbc`` (bytecode), otherwise MLIR text (``--emit-bytecode`` forces
 bytecode). Unknown ``--<name>`` flags are tried as upstream MLIR passes (``--canonicalize``, ``--cse``).
-Errors are one line on stderr with a non-zero exit; outputs are written atomically.
+Errors are one line on stderr with a non-zero exit; outputs are written atomically. A taso-search run ends
+with one summary line on stderr (target, cost and ops before and after, rewrites, time; the details are in
+``--taso-report``). ``--progress`` shows each phase on stderr (``dialect/progress.py``), by default where
+stderr is a terminal.
 """
 
 from __future__ import annotations
@@ -84,6 +87,12 @@ def _build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dump-pass-pipeline", action="store_true",
                     help="print the pass pipeline (taso-search expanded into the passes it runs) to stderr, "
                          "then run it on the input file; without an input file, only print it")
+    ap.add_argument("--progress", dest="progress", action="store_const", const=True, default=None,
+                    help="show progress on stderr: each phase (import, each pass, the search's windows, export, "
+                         "the numeric check, writing); one updating line on a terminal, else a plain line per "
+                         "phase and at most one a second (default: on where stderr is a terminal)")
+    ap.add_argument("--no-progress", dest="progress", action="store_const", const=False, help="no progress")
+    ap.add_argument("--version", action="store_true", help="print taso-opt's version and exit")
     return ap
 
 
@@ -97,7 +106,7 @@ def main(argv: Optional[list[str]] = None, contain: Optional[bool] = None) -> in
     if contain is None:
         contain = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not contain:
+    if not contain or cli.asks_version(argv):
         return cli.run("taso-opt", _main, argv)
     in_path, out_path, others = _io_paths(argv)
     written = [out_path] if out_path != "-" else []
@@ -160,6 +169,30 @@ def _test_crash() -> None:
 def _main(argv: list[str]) -> int:
     ap = _build_parser()
     args, extra = ap.parse_known_args(argv)
+    from taso_mlir.dialect import progress
+    from taso_mlir.dialect.errors import TasoError
+
+    if args.version:  # (cli.run answers --version first; this is for a caller of _main)
+        sys.stdout.write(cli.version("taso-opt") + "\n")
+        return 0
+    if args.emit_irdl and args.emit_pdl:
+        raise TasoError("--emit-pdl and --emit-irdl each write a whole output: give one of them")
+    show = args.progress
+    if show is None:
+        try:
+            show = sys.stderr.isatty()
+        except (AttributeError, ValueError):
+            show = False
+    if show:
+        progress.enable(prog="taso-opt")
+    try:
+        return _main_body(args, argv, extra)
+    finally:
+        progress.disable()
+
+
+def _main_body(args, argv: list[str], extra: list[str]) -> int:
+    from taso_mlir.dialect import progress
     from taso_mlir.dialect.errors import TasoError
 
     if args.emit_irdl:
@@ -202,8 +235,6 @@ def _main(argv: list[str]) -> int:
         extra_opts = []
         if args.taso_report:
             extra_opts.append(f"report={args.taso_report}")
-        if sys.stderr.isatty():
-            extra_opts.append("progress=true")
         if extra_opts:
             pipeline = _add_search_options(pipeline, extra_opts)
     if searching and not args.no_verify_numerics and _in_kind(args.input) == "onnx" \
@@ -233,6 +264,8 @@ def _main(argv: list[str]) -> int:
         chunks = [None]
     else:
         data = _read_input(in_path)
+        if isinstance(data, str) and not _mlir_content(data):
+            raise TasoError(f"{'<stdin>' if in_path == '-' else in_path}: empty input: no module")
         if args.split_input_file:
             if isinstance(data, bytes):
                 raise TasoError("--split-input-file applies to MLIR text input only")
@@ -262,6 +295,7 @@ def _main(argv: list[str]) -> int:
         if in_kind != "onnx" or out_kind != "onnx":
             raise TasoError("--verify-numerics needs an .onnx input and an .onnx output")
         check = _numeric_check(args, in_path, outputs[0])
+    progress.phase("write" + ("" if out_path == "-" else f" {out_path}"))
     if out_kind == "onnx":
         from taso_mlir.dialect.onnx_export import output_target, save_onnx
 
@@ -334,6 +368,7 @@ def _numeric_check(args, in_path: str, output):
     file), so that its weights are not held twice; one-line TasoError where they disagree."""
     import onnx
 
+    from taso_mlir.dialect import progress
     from taso_mlir.dialect.errors import TasoError
     from taso_mlir.dialect.numerics import compare_models, input_shapes
 
@@ -342,6 +377,7 @@ def _numeric_check(args, in_path: str, output):
     def check(out) -> None:
         if not isinstance(out, onnx.ModelProto):  # (the temporary file)
             _test_crash()
+        progress.phase("numeric check (onnxruntime, the input against the output)")
         rep = compare_models(in_path, out, bounds=args.index_bounds, like=like)
         line = (f"numerics: max |difference| {rep.max_abs:.3g} (output scale {rep.scale:.3g}) over "
                 f"{rep.outputs} output(s), {rep.trials} random input sets, onnxruntime")
@@ -546,6 +582,7 @@ def _process(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, offset=0
 
 
 def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, offset=0):
+    from taso_mlir.dialect import progress
     from taso_mlir.dialect.errors import TasoError, one_line
     from taso_mlir.dialect.mlir import ir
     from taso_mlir.dialect.context import make_context
@@ -558,7 +595,12 @@ def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, of
         if in_kind == "onnx":
             from taso_mlir.dialect.onnx_import import import_onnx, load_onnx
 
+            progress.phase(f"import {in_path}")
+            progress.update("load")
             model = load_onnx(in_path)
+            if shapes:
+                _check_input_shapes(model, shapes, in_path)
+            progress.update("import and convert to the taso dialect")
             module = import_onnx(model, ctx, input_shapes=shapes, where=in_path)
             if args.verify_numerics:  # (what the numeric check needs of the input, before it is let go)
                 from taso_mlir.dialect.numerics import index_bounds
@@ -576,6 +618,7 @@ def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, of
             del model
         else:
             name = "<stdin>" if in_path == "-" else in_path
+            progress.phase(f"parse {name}")
             if isinstance(chunk, bytes):
                 _check_bytecode_reader(chunk, name)
             else:
@@ -591,7 +634,11 @@ def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, of
             check_readable(module.operation, name)
             _check_unregistered(module, args.allow_unregistered_dialect)
             verify_module(module.operation)
+            if pipeline:
+                _check_importer_form(module, pipeline, name)
         if pipeline:
+            from taso_mlir.passes.search import taso_search
+
             pm = build_pass_manager(pipeline, ctx)
             if args.mlir_print_ir_after_all:
                 pm.enable_ir_printing(print_after_all=True,
@@ -600,13 +647,21 @@ def _process_inner(args, pipeline, in_kind, in_path, chunk, out_kind, shapes, of
                 pm.enable_timing()
             if args.no_verify_each:
                 pm.enable_verifier(False)
+            taso_search.LAST_REPORT = None
+            progress.phase(_pipeline_names(pipeline))
             run_pass_manager(pm, module.operation)
             verify_module(module.operation)
+            if taso_search.LAST_REPORT is not None:  # a taso-search ran: one line of what it did
+                args.summary_lines.append(f"taso-opt: {search_summary(taso_search.LAST_REPORT)}\n")
+                note = _dynamic_inputs_note(module)
+                if note:
+                    args.summary_lines.append(f"taso-opt: note: {note}\n")
         if args.summary:  # printed once the output is written (a failing run prints only its error)
             args.summary_lines.append(f"taso-opt: {_census(module)}\n")
         if out_kind == "onnx":
             from taso_mlir.dialect.onnx_export import export_onnx
 
+            progress.phase("export to ONNX")
             try:
                 return export_onnx(module)
             except TasoError as e:
@@ -662,6 +717,148 @@ def _census(module) -> str:
 
     return (f"{sum(taso.values())} taso ops ({fmt(taso)}); {sum(generic.values())} generic onnx ops "
             f"({fmt(generic) or 'none'}); {weights} weights ({nbytes / 1e6:.1f} MB)")
+
+
+def search_summary(rep: dict) -> str:
+    """One line (at most about 120 characters) of what a taso-search run did, from its report
+    (``taso_search.LAST_REPORT``): 'target cpu (measured): cost 0.139 -> 0.114 ms, ops 64 -> 31, 13 rewrites,
+    latency 1.00x, 2.9 s'. The ops are those that compute (weights not counted); the details are in
+    ``--taso-report``."""
+    fr = rep.get("functions", [])
+    n = sum(x.get("rewrites_applied", 0) for x in fr)
+    parts = [f"cost {rep['cost_before_ms']:.3g} -> {rep['cost_after_ms']:.3g} ms",
+             f"ops {rep['compute_ops_before']} -> {rep['compute_ops_after']}",
+             f"{n} rewrite{'' if n == 1 else 's'}"]
+    for x in fr:
+        lc = x.get("latency_check") or {}
+        tried = {t["what"]: t for t in lc.get("tried", ())}
+        if lc.get("kept") in tried:
+            parts.append(f"latency {tried[lc['kept']]['speedup']:.2f}x"
+                         + (" without splits" if lc["kept"] == "search without splits" else ""))
+        elif lc.get("kept") == "input" and tried:
+            parts.append("slower when timed: input kept")
+    parts.append(f"{rep['time_s']:.1f} s")
+    return f"target {rep['target']} ({'measured' if rep['measured'] else 'estimated'}): " + ", ".join(parts)
+
+
+def _pipeline_names(pipeline: str) -> str:
+    """'taso-search' or 'convert-onnx-to-taso, taso-search': the passes of a pipeline, for progress."""
+    from taso_mlir.passes.registry import parse_element, split_top_level
+
+    try:
+        names = [parse_element(e)[0] for e in split_top_level(parse_element(pipeline)[2] or "")]
+    except Exception:
+        return pipeline
+    text = ", ".join(names)
+    return text if len(text) <= 60 else f"{len(names)} passes"
+
+
+def _mlir_content(text: str) -> bool:
+    """Whether MLIR text has anything but whitespace and ``//`` comments."""
+    return any(line.split("//", 1)[0].strip() for line in text.splitlines())
+
+
+def _check_input_shapes(model, shapes: dict, where: str) -> None:
+    """Each ``--input-shape NAME=D0xD1x...`` against the model before it is imported: NAME is a graph input
+    (not a weight), every dimension is positive, and the rank is the input's where the model states one."""
+    from taso_mlir.dialect.errors import TasoError
+
+    weights = {t.name for t in model.graph.initializer}
+    inputs = {vi.name: vi for vi in model.graph.input if vi.name not in weights}
+    unknown = sorted(set(shapes) - set(inputs))
+    if unknown:
+        known = ", ".join(repr(n) for n in list(inputs)[:8]) + (", ..." if len(inputs) > 8 else "")
+        of_weights = [n for n in unknown if n in weights]
+        raise TasoError(f"{where}: --input-shape names unknown graph input(s): {', '.join(unknown)} ("
+                        + (f"{', '.join(repr(n) for n in of_weights)}: a weight, not an input; " if of_weights else "")
+                        + f"the graph inputs: {known or 'none'})")
+    for name, text in shapes.items():
+        spec = f"--input-shape {name}={text}"
+        try:
+            dims = [int(d) for d in text.lower().split("x")] if text else []
+        except ValueError:
+            raise TasoError(f"{where}: {spec}: expected NAME=D0xD1x... with integer dimensions, e.g. "
+                            f"{name}=1x3x224x224") from None
+        bad = [d for d in dims if d <= 0]
+        if bad:
+            raise TasoError(f"{where}: {spec}: every dimension must be at least 1, got {bad[0]}")
+        t = inputs[name].type
+        if t.WhichOneof("value") == "tensor_type" and t.tensor_type.HasField("shape"):
+            stated = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+                      for d in t.tensor_type.shape.dim]
+            if len(stated) != len(dims):
+                raise TasoError(f"{where}: {spec}: graph input '{name}' has rank {len(stated)} "
+                                f"({'x'.join(stated) or 'a scalar'}), the shape given has rank {len(dims)}")
+
+
+def _check_importer_form(module, pipeline: str, name: str) -> None:
+    """A taso pass before ``convert-onnx-to-taso`` on the ONNX importer's form (``torch.operator "onnx.X"``
+    ops, as ``torch-mlir-import-onnx`` writes them) finds nothing it knows (taso-search fails on its types):
+    a one-line error saying to convert first. The pipeline runs as written (as mlir-opt's does): the
+    conversion is not inserted behind the user's back."""
+    from taso_mlir.dialect.errors import TasoError
+    from taso_mlir.dialect.mlir import ir
+    from taso_mlir.passes.registry import REGISTRY, parse_element, split_top_level
+
+    first = None
+    for elem in split_top_level(parse_element(pipeline)[2] or ""):
+        ename = parse_element(elem)[0]
+        if ename == "convert-onnx-to-taso":
+            return
+        if ename in REGISTRY:
+            first = ename
+            break
+    if first is None:
+        return
+    found = []
+
+    def visit(op):
+        if op.name == "torch.operator":
+            found.append(op)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if found:
+        raise TasoError(f"{name}: the input is the ONNX importer's form (torch.operator \"onnx.*\" ops): add "
+                        f"--convert-onnx-to-taso before --{first} (or give taso-opt the .onnx model itself)")
+
+
+def _dynamic_inputs_note(module) -> Optional[str]:
+    """Where a searched function has inputs of dynamic shape (MLIR from torch-mlir-import-onnx of a model
+    with a symbolic batch: its ops stay generic onnx ops, which the search does not rewrite), a note that
+    names them and says how to give static shapes; else None."""
+    from taso_mlir.dialect.mlir import ir
+
+    found = []
+    for f in module.body.operations:
+        op = f.operation
+        if op.name != "func.func" or len(op.regions[0].blocks) == 0:
+            continue
+        names = []
+        if "taso.input_names" in op.attributes:
+            try:
+                names = [ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes["taso.input_names"])]
+            except (ValueError, TypeError):
+                names = []
+        for i, a in enumerate(op.regions[0].blocks[0].arguments):
+            try:
+                t = ir.ShapedType(a.type)
+            except (ValueError, TypeError):
+                continue
+            if not t.has_rank:
+                shape = "unranked"
+            elif not t.has_static_shape:
+                shape = "x".join("?" if t.is_dynamic_dim(k) else str(t.get_dim_size(k)) for k in range(t.rank))
+            else:
+                continue
+            found.append((names[i] if i < len(names) else f"%arg{i}", shape))
+    if not found:
+        return None
+    listed = ", ".join(f"'{n}' ({s})" for n, s in found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+    return (f"graph input(s) {listed} have dynamic shapes: the ops on them stay generic onnx ops, which "
+            f"taso-search does not rewrite; give static shapes on import: taso-opt model.onnx "
+            f"--input-shape NAME=D0xD1x... --taso-search")
 
 
 def _check_unregistered(module, allowed: bool) -> None:
