@@ -24,7 +24,7 @@ Backends (``get_cost_model(spec)``):
   ``~/.cache/taso-mlir/``; the thread count also from ``$TASO_COST_CPU_THREADS``). Signatures it
   cannot build (generic ops, dtypes it cannot feed) fall back to the ``analytic:cpu`` estimate for
   that many cores and are counted in ``estimated``.
-- ``cuda`` / ``cuda:<gpu>``: its own issue; asking for it is an error until it lands.
+- ``cuda`` / ``cuda:<gpu>``: a CUDA-measured oracle is not built yet; asking for it is a one-line error.
 """
 
 from __future__ import annotations

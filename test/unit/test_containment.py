@@ -72,7 +72,7 @@ def test_output_messages_and_status_pass_through(tmp_path):
     r = _taso_opt(src, "--taso-search", "-o", tmp_path / "out.onnx", "--summary")
     assert r.returncode == 0 and r.stdout == b""
     err = r.stderr.decode().splitlines()
-    assert len(err) == 2 and "taso ops" in err[0] and err[1].startswith("taso-opt: numerics: max |difference|"), err
+    assert len(err) == 3 and err[0].startswith("taso-opt: target ") and "taso ops" in err[1] and err[2].startswith("taso-opt: numerics: max |difference|"), err
     # the output on stdout is the file's
     r = _taso_opt(src, "--taso-search", "-o", "-", "--emit-bytecode")
     assert r.returncode == 0 and r.stdout.startswith(b"ML\xefR")
