@@ -1,21 +1,25 @@
 """The benchmark runner behind ``taso-bench`` (``tools/taso_bench.py`` is its command line): the TASO/TENSAT
 benchmark models through taso-mlir, measured side by side with the peers.
 
-    taso-bench                                   # the full suite (benchmarks/suite.py), report in taso-bench-out/
-    taso-bench --quick --out bench-quick         # tiny variants (the smoke test)
+    taso-bench                                   # the full suite (benchmarks/suite.py) through taso-search
+    taso-bench --quick --out bench-quick         # tiny variants (the smoke test; latencies noise-dominated)
+    taso-bench --optimizer identity              # the round trip alone (import, taso-dce, export): the baseline
     taso-bench --models bert-b1,nasrnn           # some models
     taso-bench --pipeline 'builtin.module(taso-dce,cse)'   # any pass pipeline as the optimizer
     taso-bench --list                            # the models and their configurations
 
 For each model, in a fresh worker process (so that peak memory is the model's own and a crash is one
 model's error): build it (``benchmarks/suite.py``), check it with ``onnx.checker`` (full check), import it
-into the taso dialect, run the optimizer (a pass pipeline on the imported module; today the identity
-pipeline: the identity round trip by default, ``--optimizer taso-search`` for the search), export it back to ONNX. Reported: op counts before and
-after (taso ops vs generic onnx ops), the optimizer's time, peak memory (RSS high-water mark over
-import + optimize + export), the numeric max error of the optimized model vs the original in onnxruntime,
-and onnxruntime latencies of the original and the optimized model (interleaved rounds in one process,
-median of N, ``ORT_ENABLE_ALL`` for both) as a ratio. Peers in the same rounds: onnxruntime's optimizer
-alone (the original at ``ORT_DISABLE_ALL`` vs ``ORT_ENABLE_ALL``) and onnxslim followed by onnxruntime.
+into the taso dialect, run the optimizer (a pass pipeline on the imported module: by default taso-search,
+``builtin.module(taso-search,taso-dce)``; ``--optimizer identity`` for the round trip alone), export it
+back to ONNX. Reported: op counts before and after (taso ops vs generic onnx ops), the optimizer's time,
+the search's cost before and after, peak memory (RSS high-water mark over import + optimize + export), the
+numeric max error of the optimized model vs the original in onnxruntime, and onnxruntime latencies of the
+original and the optimized model (interleaved rounds in one process, median of N, ``ORT_ENABLE_ALL`` for
+both) as a ratio. A ratio whose interquartile range over the rounds spans 1.0 is *unresolved*: the run
+cannot tell the two apart, and the table, the report, results.json and the chart say so instead of
+showing it as a speedup. Peers in the same rounds: onnxruntime's optimizer alone (the original at
+``ORT_DISABLE_ALL`` vs ``ORT_ENABLE_ALL``) and onnxslim followed by onnxruntime.
 TASO's and TENSAT's published figures stand beside them, labelled as published.
 
 Writes ``report.md``, ``results.json``, ``speedup.png`` and ``search_time.png`` into ``--out``, prints a
@@ -38,10 +42,18 @@ from typing import Optional
 
 #: The optimizer presets (``--optimizer``); ``--pipeline`` gives any pipeline instead.
 OPTIMIZERS = {
-    "identity": "import (convert-onnx-to-taso), taso-dce, export: the round trip alone",
-    "taso-search": "the cost-guided search pass with the verified rules (taso-search, then taso-dce)",
+    "taso-search": "(the default) the cost-guided search pass with the verified rules (taso-search, then "
+                   "taso-dce)",
+    "identity": "import (convert-onnx-to-taso), taso-dce, export: the round trip alone, the baseline",
 }
+DEFAULT_OPTIMIZER = "taso-search"
 IDENTITY_PIPELINE = "builtin.module(taso-dce)"
+#: ``--quick``'s target for the search where neither ``--cost-model`` nor TASO_TARGET names one: the
+#: analytic estimate, so that the smoke test times no ops (the measured target, the pass's default, times
+#: every op signature and the whole result, which costs more than the rest of a quick run).
+QUICK_COST_MODEL = "analytic"
+QUICK_COST_MODEL_NOTE = ("quick mode's default target: analytic, the T4 roofline, an estimate that times "
+                         "nothing; --cost-model cpu measures")
 #: The cost oracles of DESIGN.md (``--cost-model``).
 COST_MODELS = ("analytic", "analytic:cpu", "analytic:t4", "analytic:v100", "analytic:a100", "analytic:h100",
                "cpu", "cuda")
@@ -80,6 +92,16 @@ def resolve_optimizer(optimizer: str, pipeline: Optional[str], cost_model: Optio
         raise TasoError(f"unknown optimizer '{optimizer}'")
     build_pass_manager(text, make_context())  # a malformed pipeline is an error now, not in every worker
     return name, text
+
+
+def quick_cost_model(quick: bool, optimizer: str, pipeline: Optional[str], cost_model: Optional[str]) -> Optional[str]:
+    """The cost model the taso-search preset runs with: ``cost_model`` where given; in quick mode, where
+    neither it nor TASO_TARGET names a target, ``QUICK_COST_MODEL``; else None (the pass's own default)."""
+    if cost_model or not quick or pipeline is not None or optimizer != "taso-search":
+        return cost_model
+    from taso_mlir.passes.cost.oracle import TARGET_ENV
+
+    return None if os.environ.get(TARGET_ENV, "").strip() else QUICK_COST_MODEL
 
 
 def _search_cost(cfg: dict) -> dict:
@@ -151,7 +173,8 @@ def run(models: list, cfg: dict, opt_name: str, argv: list, baseline: Optional[d
         "versions": _versions(),
         "optimizer": {"name": opt_name, "pipeline": pipeline},
         "cost_model": {"requested": cfg["cost_model"],
-                       "status": COST_REPORTED if "taso-search" in pipeline else COST_UNAVAILABLE},
+                       "status": COST_REPORTED if "taso-search" in pipeline else COST_UNAVAILABLE,
+                       "default": cfg.get("cost_model_default")},
         "settings": settings,
         "wall_time_s": round(wall, 1),
         "models": results,
@@ -365,11 +388,11 @@ def run_model(name: str, cfg: dict, res: dict, progress) -> None:
     res["memory"]["process_peak_mb"] = _maxrss_mb()
     gc.collect()
 
-    med, sp = lat["median_ms"], lat["speedup"]
+    med = lat["median_ms"]
     progress(f"max error {num['optimized_max_abs']:.3g} (onnxslim {num['onnxslim_max_abs']:.3g}); latency "
              f"{lat['rounds']} rounds x{lat['inner']} in {lat['epochs']} session sets: original "
-             f"{med['original']:.3g} ms, optimized {med['optimized']:.3g} ms ({sp['optimized']:.3f}x), "
-             f"ORT disabled->enabled {sp['ort_enable_all']:.3f}x, onnxslim {sp['onnxslim']:.3f}x")
+             f"{med['original']:.3g} ms, optimized {med['optimized']:.3g} ms ({speedup_label(lat, 'optimized')}), "
+             f"ORT disabled->enabled {speedup_label(lat, 'ort_enable_all')}, onnxslim {speedup_label(lat, 'onnxslim')}")
     res["status"] = "ok"
 
 
@@ -541,7 +564,7 @@ def _max_diff(a, b) -> float:
 def _latency(make_sessions, feeds: dict, s: dict) -> dict:
     """Interleaved rounds over fresh session sets (``passes.latency.sample``; ``make_sessions(epoch)``
     returns the sessions and their creation times). Medians over all rounds, and the speedups as
-    ratios."""
+    ratios; each ratio marked resolved or not (``resolution``)."""
     import numpy as np
 
     from taso_mlir.passes.cost.latency import Settings, ratio_stats, sample
@@ -559,7 +582,7 @@ def _latency(make_sessions, feeds: dict, s: dict) -> dict:
          (("optimized", ("original", "optimized")), ("onnxslim", ("original", "onnxslim")),
           ("ort_enable_all", ("ort_disabled", "original")))}
 
-    return {
+    lat = {
         "rounds": rounds, "epochs": epochs, "inner": inner, "median_ms": med, "iqr_ms": q,
         "samples_ms": {k: [round(x * 1e3, 6) for x in v] for k, v in samples.items()},  # in round order
         # > 1: the second model is faster
@@ -570,6 +593,33 @@ def _latency(make_sessions, feeds: dict, s: dict) -> dict:
         # the noise: quartiles of the per-round ratios
         "paired_iqr": {k: [v[1], v[2]] for k, v in r.items()},
     }
+    lat.update(resolution(lat))
+    return lat
+
+
+#: The ratios of a model's latencies (``latency["speedup"]``), each with the quartiles of its per-round ratios.
+RATIOS = ("optimized", "onnxslim", "ort_enable_all")
+
+
+def unresolved(lat: dict, key: str) -> bool:
+    """Whether ratio ``key`` is not resolved: the interquartile range of its per-round ratios spans 1.0
+    (lower quartile <= 1 <= upper quartile), so this run cannot tell the two variants apart."""
+    lo, hi = lat["paired_iqr"][key]
+    return lo <= 1.0 <= hi
+
+
+def speedup_label(lat: dict, key: str) -> str:
+    """The ratio as the table shows it: ``1.327x``, or ``~1.0x (unresolved: IQR 0.918-1.064)``."""
+    if unresolved(lat, key):
+        return f"~1.0x (unresolved: IQR {_iqr(lat, key)})"
+    return f"{lat['speedup'][key]:.3f}x"
+
+
+def resolution(lat: dict) -> dict:
+    """results.json's marks of a latency record: ``resolved`` (per ratio: False where its IQR spans 1.0)
+    and ``speedup_label`` (what the table prints)."""
+    return {"resolved": {k: not unresolved(lat, k) for k in RATIOS},
+            "speedup_label": {k: speedup_label(lat, k) for k in RATIOS}}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -670,6 +720,25 @@ def _iqr(lat: dict, key: str) -> str:
     return f"{lo:.3f}-{hi:.3f}"
 
 
+def _md_ratio(lat: dict, key: str) -> str:
+    """report.md's cell of a ratio: median; paired median, its IQR (the label first where unresolved)."""
+    sp, paired = lat["speedup"][key], lat["paired_speedup"][key]
+    if unresolved(lat, key):
+        return f"{speedup_label(lat, key)}; median {sp:.3f}x, paired {paired:.3f}x"
+    return f"{sp:.3f}x; {paired:.3f}x, {_iqr(lat, key)}"
+
+
+UNRESOLVED_TEXT = ("~1.0x (unresolved: IQR a-b) = the interquartile range of the per-round ratios spans 1.0: "
+                   "this run cannot tell the two apart, so no speedup (or slowdown) is claimed.")
+QUICK_NOISE_TEXT = ("Quick mode's latency budget ({budget:g} s per model, {rounds} rounds at most) is "
+                    "noise-dominated: its ratios are a smoke test, not a measurement.")
+
+
+def _quick_noise(report: dict) -> str:
+    s = report["settings"]
+    return QUICK_NOISE_TEXT.format(budget=s["budget_s"], rounds=s["rounds"])
+
+
 def format_table(report: dict) -> str:
     """The plain-text summary table (stdout)."""
     hdr = ("model", "ONNX", "taso+gen before", "after", "opt s", "peak MB", "max err", "ORT ms",
@@ -685,8 +754,8 @@ def format_table(report: dict) -> str:
             r["name"], str(r["onnx"]["nodes"]), f"{b['taso']}+{b['generic']}", f"{a['taso']}+{a['generic']}",
             f"{r['times_s']['optimize']:.2f}", f"{r['memory']['peak_rss_mb']:.0f}",
             f"{r['numerics']['optimized_max_abs']:.2g}", f"{lat['median_ms']['original']:.3g}",
-            f"{lat['median_ms']['optimized']:.3g}", f"{lat['speedup']['optimized']:.3f}x",
-            f"{lat['speedup']['ort_enable_all']:.2f}x", f"{lat['speedup']['onnxslim']:.3f}x",
+            f"{lat['median_ms']['optimized']:.3g}", speedup_label(lat, "optimized"),
+            speedup_label(lat, "ort_enable_all"), speedup_label(lat, "onnxslim"),
             _pct(pub.get("taso_speedup")), _pct(pub.get("tensat_speedup"))))
     widths = [max([len(h)] + [len(row[i]) for row in rows if len(row) == len(hdr)]) for i, h in enumerate(hdr)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(hdr, widths)), "  ".join("-" * w for w in widths)]
@@ -698,6 +767,7 @@ def format_table(report: dict) -> str:
     lines.append(f"speedup = original / optimized onnxruntime latency (ORT_ENABLE_ALL for both, interleaved, "
                  f"median); ORT on/off = ORT_DISABLE_ALL / ORT_ENABLE_ALL; onnxslim = original / onnxslim'd; "
                  f"TASO/TENSAT pub = published cost-model speedups (T4), not measured here. "
+                 f"{UNRESOLVED_TEXT}{' ' + _quick_noise(report) if report['quick'] else ''} "
                  f"Wall time {report['wall_time_s']:.0f} s.")
     return "\n".join(lines) + "\n"
 
@@ -706,6 +776,9 @@ def format_markdown(report: dict) -> str:
     m, v = report["machine"], report["versions"]
     ok = _ok(report)
     out = [f"# taso-bench report{' (quick)' if report['quick'] else ''}", ""]
+    if report["quick"]:
+        out += [f"**{_quick_noise(report)}** A ratio marked *unresolved* is one whose interquartile range "
+                "spans 1.0 (see *How it is measured*).", ""]
     out.append(f"- date: {report['date']}; wall time of the run: {report['wall_time_s']:.0f} s")
     out.append(f"- machine: {m['cpu']}, {m['cpus']} CPU(s) usable, {m['memory_gib']} GiB, {m['system']}, "
                f"{m['accelerator']}")
@@ -714,7 +787,8 @@ def format_markdown(report: dict) -> str:
     out.append(f"- optimizer: **{report['optimizer']['name']}**, pipeline `{report['optimizer']['pipeline']}` "
                f"(after import and convert-onnx-to-taso)")
     cm = report["cost_model"]
-    out.append(f"- cost model: {cm['requested'] or 'none requested'}: {cm['status']}")
+    chosen = f" ({cm['default']})" if cm.get("default") else ""
+    out.append(f"- cost model: {cm['requested'] or 'none requested'}{chosen}: {cm['status']}")
     s = report["settings"]
     out.append(f"- latency: up to {s['rounds']} interleaved rounds (at least {s['min_rounds']}, {s['budget_s']:g} s "
                f"budget per model) over {s['epochs']} sets of fresh sessions, {s['warmup']} warm-up run(s) per "
@@ -737,8 +811,7 @@ def format_markdown(report: dict) -> str:
             f"{a['taso']} + {a['generic']} | {r['ops']['exported_nodes']} | {t['optimize']:.3f} | {t['import']:.2f} | "
             f"{t['export']:.2f} | {mem['peak_rss_mb']:.0f} (+{_f(mem['peak_increase_mb'], '.0f')}) | "
             f"{r['numerics']['optimized_max_abs']:.3g} | {lat['median_ms']['original']:.4g} | "
-            f"{lat['median_ms']['optimized']:.4g} | {lat['speedup']['optimized']:.3f}x; "
-            f"{lat['paired_speedup']['optimized']:.3f}x, {_iqr(lat, 'optimized')} |")
+            f"{lat['median_ms']['optimized']:.4g} | {_md_ratio(lat, 'optimized')} |")
     costed = [r for r in ok if (r.get("cost") or {}).get("status") == "ok"]
     if costed:
         out += ["", f"## Cost model ({costed[0]['cost']['model']}): the search's own measure", "",
@@ -767,19 +840,20 @@ def format_markdown(report: dict) -> str:
         out.append(f"- **{r['name']}**: taso: {ops}; generic: {gen}; {a['weights']} weights, "
                    f"{r['onnx']['parameters'] / 1e6:.2f} M parameters")
     out += ["", "## Peers (measured in the same rounds)", "",
-            "| model | ORT_DISABLE_ALL ms | ORT_ENABLE_ALL ms | ORT optimizer speedup (IQR) | nodes after ORT's "
-            "optimizer | onnxslim nodes | onnxslim + ORT ms | onnxslim speedup (IQR) | onnxslim s | onnxslim max abs "
+            "| model | ORT_DISABLE_ALL ms | ORT_ENABLE_ALL ms | ORT optimizer speedup (median; paired, its IQR) | "
+            "nodes after ORT's optimizer | onnxslim nodes | onnxslim + ORT ms | onnxslim speedup (median; paired, "
+            "its IQR) | onnxslim s | onnxslim max abs "
             "error | ORT optimizer max abs error |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in ok:
         lat, num = r["latency"], r["numerics"]
         out.append(
             f"| {r['name']} | {lat['median_ms']['ort_disabled']:.4g} | {lat['median_ms']['original']:.4g} | "
-            f"{lat['speedup']['ort_enable_all']:.3f}x ({_iqr(lat, 'ort_enable_all')}) | "
+            f"{_md_ratio(lat, 'ort_enable_all')} | "
             f"{_f(r['ops']['ort_optimized_nodes'], 'd')} | {r['ops']['onnxslim_nodes']} | "
-            f"{lat['median_ms']['onnxslim']:.4g} | {lat['speedup']['onnxslim']:.3f}x ({_iqr(lat, 'onnxslim')}) | "
+            f"{lat['median_ms']['onnxslim']:.4g} | {_md_ratio(lat, 'onnxslim')} | "
             f"{r['times_s']['onnxslim']:.2f} | {num['onnxslim_max_abs']:.3g} | {num['ort_disabled_max_abs']:.3g} |")
-    caveat = (", and the identity optimizer (taso-search has not landed)"
+    caveat = (", and the identity optimizer (the round trip alone, no search)"
               if report["optimizer"]["name"] == "identity" else "")
     out += ["", "## Published figures (TASO and TENSAT; not measured here)", "",
             "Speedup of the optimized graph over the input graph in TASO's cost model (T4 GPU) and the "
@@ -793,7 +867,7 @@ def format_markdown(report: dict) -> str:
     for r in report["models"]:
         pub = r.get("published") or {}
         lat = r.get("latency")
-        here = (f"{lat['speedup']['optimized']:.3f}x, {r['times_s']['optimize']:.3f} s" if lat else "-")
+        here = (f"{speedup_label(lat, 'optimized')}, {r['times_s']['optimize']:.3f} s" if lat else "-")
         readme = (f"{pub['readme_tensorrt_ms']:g} -> {pub['readme_taso_ms']:g}" if "readme_taso_ms" in pub else "-")
         if "taso_speedup" in pub:
             out.append(f"| {r['name']} | {_pct(pub['taso_speedup'])} | {pub['taso_time_s']:g} | "
@@ -820,7 +894,11 @@ def format_markdown(report: dict) -> str:
                        f"{a:.4g} -> {b:.4g} ({(b / a - 1) * 100:+.1f}%) |")
         if not base["models"]:
             out.append("| (no model measured in both runs) | | | | |")
-    out += ["", "## Charts", "", "![speedup per model](speedup.png)", "",
+    out += ["", "## Charts", "",
+            "Unresolved ratios are not drawn as speedups: the speedup chart shows each as a grey hatched bar at "
+            "~1.0x with its interquartile range as a whisker, the optimizer-time chart as a grey hollow marker at "
+            "1.0.", "",
+            "![speedup per model](speedup.png)", "",
             "![speedup vs optimizer time](search_time.png)", "",
             "## How it is measured", "",
             "- Each model runs in its own worker process: built with `onnx.helper` (random weights, seed 0), "
@@ -838,6 +916,14 @@ def format_markdown(report: dict) -> str:
             "several sets of freshly created sessions, because where a session's buffers land in memory moves "
             "its latency by a few percent for the session's whole life. One onnxruntime thread by default "
             "(`--threads`), without spin-waiting, so that a second job on the machine costs all variants alike.",
+            "- *Unresolved*: a ratio whose interquartile range over the interleaved rounds spans 1.0 (lower "
+            "quartile <= 1 <= upper quartile) is not resolved: the run cannot tell the variant from the original, "
+            "so it is printed `~1.0x (unresolved: IQR a-b)` instead of a speedup (the medians stay in the tables "
+            "above for the record), marked `resolved: false` in results.json, and not charted as a bar. The "
+            "range is the spread of single rounds: longer samples (20 ms each in a full run, 1 ms in quick mode) "
+            "and a quieter machine narrow it, more rounds only estimate it better. `--quick`'s 0.5 s latency "
+            "budget per model (at most 5 rounds) is noise-dominated, so many of its ratios are unresolved and "
+            "none is a measurement to quote.",
             "- Max error: largest |difference| of the outputs from the original's, both run by onnxruntime with "
             "ORT_ENABLE_ALL, on the random input sets.",
             "- Cost under a cost model: " + cm["status"] + ".",
@@ -865,9 +951,33 @@ def _write_outputs(out: str, report: dict) -> None:
         write_atomic(os.path.join(out, name), lambda f, png=png: f.write(png))
 
 
+def chart_series(report: dict) -> list[tuple]:
+    """speedup.png's series: (label, per-model value or None, hatch, per-model IQR where the ratio is
+    unresolved, else None). An unresolved ratio is drawn as a grey hatched ~1.0x bar with its IQR as a
+    whisker, not as a speedup bar."""
+    ok = _ok(report)
+    opt = report["optimizer"]["name"]
+
+    def measured(label, key):
+        lats = [r["latency"] for r in ok]
+        return (label, [lat["speedup"][key] for lat in lats], None,
+                [tuple(lat["paired_iqr"][key]) if unresolved(lat, key) else None for lat in lats])
+
+    none = [None] * len(ok)
+    return [
+        measured(f"taso-mlir ({opt}), measured ORT CPU", "optimized"),
+        measured("onnxslim + ORT, measured", "onnxslim"),
+        measured("ORT optimizer on vs off, measured", "ort_enable_all"),
+        ("TASO, published (T4 cost model)", [(r.get("published") or {}).get("taso_speedup") for r in ok], "//", none),
+        ("TENSAT, published (T4 cost model)", [(r.get("published") or {}).get("tensat_speedup") for r in ok], "xx",
+         none),
+    ]
+
+
 def _charts(report: dict) -> dict[str, bytes]:
-    """speedup.png (per model: measured ratios and the published ones) and search_time.png (speedup vs
-    optimizer time, measured and published)."""
+    """speedup.png (per model: measured ratios and the published ones; an unresolved ratio grey, hatched, at
+    ~1.0x with its IQR) and search_time.png (speedup vs optimizer time, measured and published; unresolved
+    points grey and hollow at ~1.0x)."""
     import io
 
     import matplotlib
@@ -876,29 +986,41 @@ def _charts(report: dict) -> dict[str, bytes]:
     import matplotlib.pyplot as plt
     import numpy as np
 
+    from matplotlib.patches import Patch
+
     ok = _ok(report)
     names = [r["name"] for r in ok]
     opt = report["optimizer"]["name"]
-    series = [
-        (f"taso-mlir ({opt}), measured ORT CPU", [r["latency"]["speedup"]["optimized"] for r in ok], None),
-        ("onnxslim + ORT, measured", [r["latency"]["speedup"]["onnxslim"] for r in ok], None),
-        ("ORT optimizer on vs off, measured", [r["latency"]["speedup"]["ort_enable_all"] for r in ok], None),
-        ("TASO, published (T4 cost model)", [(r.get("published") or {}).get("taso_speedup") for r in ok], "//"),
-        ("TENSAT, published (T4 cost model)", [(r.get("published") or {}).get("tensat_speedup") for r in ok], "xx"),
-    ]
+    series = chart_series(report)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     charts = {}
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(names) + 4.5), 4.5))
     x = np.arange(len(names))
     width = 0.8 / len(series)
-    for i, (label, vals, hatch) in enumerate(series):
-        ys = [v if v is not None else np.nan for v in vals]
-        ax.bar(x + (i - (len(series) - 1) / 2) * width, ys, width, label=label, hatch=hatch,
-               edgecolor="black" if hatch else None, linewidth=0.5)
+    any_unresolved = False
+    for i, (label, vals, hatch, unres) in enumerate(series):
+        color = colors[i % len(colors)]
+        xs = x + (i - (len(series) - 1) / 2) * width
+        ys = [v if v is not None and u is None else np.nan for v, u in zip(vals, unres)]
+        ax.bar(xs, ys, width, label=label, hatch=hatch, color=color, edgecolor="black" if hatch else None,
+               linewidth=0.5)
+        for xi, u in zip(xs, unres):
+            if u is None:
+                continue
+            any_unresolved = True
+            lo, hi = u  # "~1.0x": a grey hatched bar to 1.0, its IQR as a whisker
+            ax.bar(xi, 1.0, width, color="#e0e0e0", hatch="..", edgecolor=color, linewidth=0.8, label="_nolegend_")
+            ax.errorbar(xi, 1.0, yerr=[[1.0 - lo], [hi - 1.0]], color="grey", linewidth=0.8, capsize=2)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(x, names, rotation=30, ha="right")
     ax.set_ylabel("speedup (x, > 1 is faster)")
     ax.set_title("Speedup per model" + (" (quick)" if report["quick"] else ""))
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    handles = ax.get_legend_handles_labels()[0]
+    if any_unresolved:
+        handles.append(Patch(facecolor="#e0e0e0", hatch="..", edgecolor="grey",
+                             label="unresolved: the IQR of the per-round\nratios (whisker) spans 1.0: ~1.0x,\n"
+                                   "not a speedup"))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
@@ -906,8 +1028,10 @@ def _charts(report: dict) -> dict[str, bytes]:
     charts["speedup.png"] = buf.getvalue()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    pts = [(f"taso-mlir ({opt}): measured ORT speedup", "o",
-            [(max(r["times_s"]["optimize"], 1e-4), r["latency"]["speedup"]["optimized"], r["name"]) for r in ok])]
+    t = {r["name"]: max(r["times_s"]["optimize"], 1e-4) for r in ok}
+    pts = [(f"taso-mlir ({opt}): measured ORT speedup", "o", [(t[r["name"]], r["latency"]["speedup"]["optimized"],
+            r["name"]) for r in ok if not unresolved(r["latency"], "optimized")])]
+    grey = [(t[r["name"]], 1.0, r["name"]) for r in ok if unresolved(r["latency"], "optimized")]
     for who, mk in (("taso", "s"), ("tensat", "^")):
         seen, p = set(), []
         for r in ok:
@@ -922,6 +1046,11 @@ def _charts(report: dict) -> dict[str, bytes]:
         ax.scatter([a for a, _, _ in p], [b for _, b, _ in p], marker=mk, label=label)
         for a, b, n in p:
             ax.annotate(n, (a, b), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    if grey:
+        ax.scatter([a for a, _, _ in grey], [b for _, b, _ in grey], marker="o", facecolors="none",
+                   edgecolors="grey", label=f"taso-mlir ({opt}): unresolved (IQR spans 1.0; ~1.0x)")
+        for a, b, n in grey:
+            ax.annotate(n, (a, b), fontsize=6, color="grey", xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xlabel("optimizer (search) time, s (log)")

@@ -1,10 +1,18 @@
 """taso-bench: the TASO/TENSAT benchmark models through taso-mlir, measured side by side with the peers.
 
-    taso-bench                                   # the full suite (benchmarks/suite.py), report in taso-bench-out/
-    taso-bench --quick --out bench-quick         # tiny variants (the smoke test)
+    taso-bench                                   # the full suite (benchmarks/suite.py) through taso-search,
+                                                 # report in taso-bench-out/
+    taso-bench --quick --out bench-quick         # tiny variants (the smoke test; latencies noise-dominated)
+    taso-bench --optimizer identity              # the round trip alone (import, taso-dce, export): the baseline
     taso-bench --models bert-b1,nasrnn           # some models
     taso-bench --pipeline 'builtin.module(taso-dce,cse)'   # any pass pipeline as the optimizer
     taso-bench --list                            # the models and their configurations
+
+The optimizer is taso-search by default (``builtin.module(taso-search,taso-dce)``, the pass's default target:
+TASO_TARGET, else this machine's CPU, measured); ``--quick`` runs it with the analytic target unless
+``--cost-model`` or TASO_TARGET names one, so that the smoke test times no ops. A latency ratio whose
+interquartile range over the rounds spans 1.0 is reported as unresolved (``~1.0x (unresolved: IQR a-b)``),
+not as a speedup.
 
 The command line only: the runner (``benchmarks/runner.py``) says what is measured and how.
 Errors are one line with a non-zero exit (1; 2 for internal errors, ``TASO_DEBUG=1`` shows the traceback).
@@ -18,8 +26,9 @@ import os
 import sys
 from typing import Optional
 
-from taso_mlir.benchmarks.runner import (COST_MODELS, DEFAULT_OUT, IDENTITY_PIPELINE, OPTIMIZERS,
-                                         COST_UNAVAILABLE, check_peers, load_baseline, resolve_optimizer, run)
+from taso_mlir.benchmarks.runner import (COST_MODELS, COST_UNAVAILABLE, DEFAULT_OPTIMIZER, DEFAULT_OUT,
+                                         IDENTITY_PIPELINE, OPTIMIZERS, QUICK_COST_MODEL_NOTE, check_peers,
+                                         load_baseline, quick_cost_model, resolve_optimizer, run)
 
 from . import cli
 
@@ -38,20 +47,25 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="taso-bench", description="benchmark taso-mlir on TASO's and TENSAT's models against the peers",
         epilog="optimizers:\n" + "\n".join(f"  {k:<12} {v}" for k, v in OPTIMIZERS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    ap.add_argument("--quick", action="store_true", help="tiny variants of the models (a smoke test, seconds)")
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny variants of the models (the smoke test, under a minute; its 0.5 s latency budget is "
+                         "noise-dominated, so many ratios come out unresolved); the search's target is analytic "
+                         "unless --cost-model or TASO_TARGET names one")
     ap.add_argument("--models", action="append", default=[], metavar="A,B",
                     help="models to run (comma-separated, repeatable; default: all; see --list)")
     ap.add_argument("--list", action="store_true", help="list the models and their configurations, then exit")
     ap.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
                     help=f"folder for report.md, results.json and the charts (default: {DEFAULT_OUT})")
-    ap.add_argument("--optimizer", default="identity", choices=sorted(OPTIMIZERS),
-                    help="optimizer preset (default: identity)")
+    ap.add_argument("--optimizer", default=DEFAULT_OPTIMIZER, choices=sorted(OPTIMIZERS),
+                    help=f"optimizer preset (default: {DEFAULT_OPTIMIZER}, the search; identity: the round trip "
+                         "alone, the baseline)")
     ap.add_argument("--pipeline", metavar="PIPELINE",
                     help="the optimizer as a pass pipeline on the imported module, "
                          "'builtin.module(...)' (taso and upstream passes); overrides --optimizer")
     ap.add_argument("--cost-model", choices=COST_MODELS,
                     help="cost oracle for the search and for model costs (analytic: a roofline estimate "
-                         "for a device profile; cpu: measured in onnxruntime on this machine)")
+                         "for a device profile; cpu: measured in onnxruntime on this machine; default: the "
+                         "pass's, TASO_TARGET else this machine measured; --quick: analytic)")
     ap.add_argument("--rounds", type=int, default=None, metavar="N",
                     help="latency: at most N interleaved rounds per model (default 51; quick: 5)")
     ap.add_argument("--min-rounds", type=int, default=None, metavar="N",
@@ -155,10 +169,12 @@ def _main(argv: list[str]) -> int:
         return 0
     settings = _settings(args)
     baseline = load_baseline(args.baseline) if args.baseline else None
-    opt_name, pipeline = resolve_optimizer(args.optimizer, args.pipeline, args.cost_model)
+    cost_model = quick_cost_model(args.quick, args.optimizer, args.pipeline, args.cost_model)
+    opt_name, pipeline = resolve_optimizer(args.optimizer, args.pipeline, cost_model)
     check_peers()
     out = _prepare_out(args.out)
     cfg = {"quick": args.quick, "pipeline": pipeline, "cost_model": args.cost_model, "settings": settings,
+           "cost_model_default": QUICK_COST_MODEL_NOTE if cost_model != args.cost_model else None,
            "out": out, "keep_dir": os.path.join(os.path.abspath(out), "models") if args.keep_models else None}
     return run(models, cfg, opt_name, argv, baseline, args.baseline or "", args.in_process)
 
