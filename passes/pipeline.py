@@ -94,7 +94,8 @@ class FunctionPass:
 
 
 #: the options of taso-search that the search run alone takes (not the report or the latency check)
-SEARCH_PASS_OPTIONS = ("alpha", "budget", "timeout", "window", "target", "cost-model", "rules", "progress")
+SEARCH_PASS_OPTIONS = ("alpha", "budget", "timeout", "window", "target", "cost-model", "rules", "progress",
+                       "eqsat-iterations", "eqsat-nodes", "eqsat-time", "eqsat-k-multi", "eqsat-ilp-time")
 
 
 def run_passes(st: FuncState, passes, after: Optional[dict] = None) -> None:
@@ -114,15 +115,21 @@ def run_passes(st: FuncState, passes, after: Optional[dict] = None) -> None:
             after[p.argument](st)
 
 
-def run_guarded(st: FuncState, passes, measure: Callable[[ir.Operation], tuple]) -> Optional[dict]:
+def run_guarded(st: FuncState, passes, measure: Callable[[ir.Operation], tuple],
+                keep_start: bool = False) -> Optional[dict]:
     """Run ``passes`` and keep their result only where it costs no more than the function they started
     from: ``measure(f) -> (cost, ops)``. Where it costs more, the function they started from is put
     back (``st.f`` is then that function) with the statistics as they were before ``passes``, but for
-    their ``work`` counters, and the result's ``{"cost_ms", "ops"}`` is returned; else None."""
+    their ``work`` counters, and the result's ``{"cost_ms", "ops"}`` is returned; else None. ``keep_start``:
+    also keep the function and the statistics ``passes`` started from in ``st.extra`` (``segment_start``,
+    detached; ``stats_before_segment``, ``pass_stats_before_segment``), to run another segment from there."""
     before = st.f.clone()  # detached
     cost0, _ = measure(st.f)
     kept = Counter(st.stats)
     kept_pass = {k: Counter(v) for k, v in st.pass_stats.items()}
+    if keep_start:
+        st.extra.update(segment_start=before.clone(), stats_before_segment=Counter(kept),
+                        pass_stats_before_segment={k: Counter(v) for k, v in kept_pass.items()})
     run_passes(st, passes)
     cost1, ops1 = measure(st.f)
     if cost1 <= cost0 * (1 + 1e-9):

@@ -143,6 +143,20 @@ def search_options() -> tuple:
             "the noise, search again without the rewrites that introduce a split, else keep the input"),
         PassOption("report", str, "", "write a report: '-' for stderr, a file (.json for JSON)"),
         PassOption("progress", bool, False, "show progress on stderr"),
+        PassOption("strategy", str, "backtracking",
+            "backtracking (TASO's search), eqsat (equality saturation and an integer program's extraction, "
+            "TENSAT's), or best (both; the cheaper result)",
+            (lambda v: v in ("backtracking", "eqsat", "best"), "backtracking, eqsat or best")),
+        PassOption("eqsat-iterations", int, 4, "eqsat: saturation rounds at most",
+            (lambda v: 1 <= v <= 100, "between 1 and 100")),
+        PassOption("eqsat-nodes", int, 20000, "eqsat: e-nodes at most (saturation stops there)",
+            (lambda v: v >= 10, "at least 10")),
+        PassOption("eqsat-time", float, 10.0, "eqsat: seconds of saturation at most",
+            (lambda v: v > 0, "positive")),
+        PassOption("eqsat-k-multi", int, 1, "eqsat: rounds in which rewrites of several outputs (merges) match",
+            (lambda v: 0 <= v <= 100, "between 0 and 100")),
+        PassOption("eqsat-ilp-time", float, 10.0, "eqsat: seconds for the extraction's integer program",
+            (lambda v: v > 0, "positive")),
     )
 
 

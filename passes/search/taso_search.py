@@ -36,7 +36,7 @@ from taso_mlir.passes.pipeline import FuncState
 from taso_mlir.passes.prepare import (fold_batchnorm, fold_constants, fold_matmul_bias, fold_scale, fuse_relu6,
                                       merge_repeats, raise_generic)
 from taso_mlir.passes.search import backtracking as S
-from taso_mlir.passes.search import backtracking_search, flatten_matmul
+from taso_mlir.passes.search import backtracking_search, eqsat_search, flatten_matmul
 from taso_mlir.passes.search import pdl as P
 from taso_mlir.passes.search import rulebook as RB
 from taso_mlir.passes.search import tgraph as T
@@ -45,10 +45,12 @@ from taso_mlir.passes.search import tgraph as T
 PREPARE = (fold_batchnorm.PASS, fold_constants.PASS, raise_generic.VIEWS, raise_generic.GATHERS, fold_scale.DIVS,
            fold_scale.SCALES, merge_repeats.PASS, fuse_relu6.PASS, fold_matmul_bias.PASS, dce.PASS)
 SEARCH = (flatten_matmul.FLATTEN, backtracking_search.PASS)
+#: the search with strategy=eqsat
+EQSAT_SEARCH = (flatten_matmul.FLATTEN, eqsat_search.PASS)
 CLEANUP = (fold_weights.PASS, fuse_trees.SPLITS, lift_elementwise.PASS, fuse_trees.CONCATS, flatten_matmul.UNFLATTEN,
            lift_layout.PASS, layout_chains.ROWS, layout_chains.COMPOSE)
 #: every function pass (each registered on its own as well)
-FUNCTION_PASSES = PREPARE + SEARCH + CLEANUP
+FUNCTION_PASSES = PREPARE + SEARCH + CLEANUP + (eqsat_search.PASS,)
 #: the statistics that count changes to the IR (zero where the input is kept), the search's rewrites aside
 _CHANGE_COUNTS = tuple(dict.fromkeys(k for p in FUNCTION_PASSES for k in p.changes if k != "rewrites_applied"))
 
@@ -125,9 +127,18 @@ def dump_pipeline(options: dict | None = None) -> str:
         "taso-search" + (f"{{{head}}}" if head else "") + " runs, on every function:",
         PL.pipeline_text([("prepare", PREPARE)], options),
         "  then, kept only where the function costs no more as written than before it (never worse):",
-        PL.pipeline_text([("search", SEARCH), ("cleanup", CLEANUP)], options),
-        "  (with cost-model=cpu, the whole result is then timed against the input: latency-check)",
+        PL.pipeline_text([("search", _searches(options.get("strategy", "backtracking"))[0]), ("cleanup", CLEANUP)],
+                         options),
+    ] + (["  and again from the same function with the other search:",
+          PL.pipeline_text([("search", EQSAT_SEARCH), ("cleanup", CLEANUP)], options),
+          "  keeping the cheaper result"] if options.get("strategy") == "best" else []) + [
+        "  (with target cpu, the whole result is then timed against the input: latency-check)",
     ])
+
+
+def _searches(strategy: str) -> list:
+    """The search passes a strategy runs, each followed by the cleanup (best: both, the cheaper kept)."""
+    return {"backtracking": [SEARCH], "eqsat": [EQSAT_SEARCH], "best": [SEARCH, EQSAT_SEARCH]}[strategy]
 
 
 def _run_pipeline(f, setup: dict, opts: dict) -> tuple[dict, ir.Operation]:
@@ -155,7 +166,10 @@ def _run_pipeline(f, setup: dict, opts: dict) -> tuple[dict, ir.Operation]:
         return g.cost, g.num_ops
 
     # (the search prices the flattened matmuls' reshapes, which the restoring takes away)
-    dropped = PL.run_guarded(st, SEARCH + CLEANUP, measure)
+    searches = _searches(opts.get("strategy", "backtracking"))
+    dropped = PL.run_guarded(st, searches[0] + CLEANUP, measure, keep_start=len(searches) > 1)
+    if len(searches) > 1:  # strategy=best: the other search from the same function, the cheaper kept
+        st, dropped = _best_of(st, dropped, searches[1], measure)
     f = st.f
     # the cost and op count of the function as written (split trees fused), which the search's cost
     # model predicts except where a split tree could not be fused (more than MAX_ARITY pieces)
@@ -174,8 +188,8 @@ def _run_pipeline(f, setup: dict, opts: dict) -> tuple[dict, ir.Operation]:
         "applied": dict(Counter(h[0] for h in history).most_common()),
         "timed_out": st.extra["timed_out"], "rejected_sites": st.extra["rejected_sites"],
         "search_s": round(st.extra["search_s"], 3),
-        "replay_s": round(sum(st.times[p.argument] for p in SEARCH + CLEANUP) - st.extra["search_s"]
-                          - st.times[flatten_matmul.FLATTEN.argument], 3),
+        "replay_s": round(sum(st.times.get(p.argument, 0.0) for p in SEARCH + EQSAT_SEARCH[1:] + CLEANUP)
+                          - st.extra["search_s"] - st.times[flatten_matmul.FLATTEN.argument], 3),
         "pass_s": {k: round(v, 3) for k, v in st.times.items()},
         "pass_statistics": {k: dict(v) for k, v in st.pass_stats.items()},
     }
@@ -184,7 +198,43 @@ def _run_pipeline(f, setup: dict, opts: dict) -> tuple[dict, ir.Operation]:
             fr[k] = st.stats[k]
     if dropped:
         fr["search_result_dropped"] = dropped
+    if "eqsat" in st.extra:
+        fr["eqsat"] = st.extra["eqsat"]
+    if "strategies" in st.extra:
+        fr["strategies"] = st.extra["strategies"]
+    fr["strategy"] = opts.get("strategy", "backtracking")
     return fr, f
+
+
+def _best_of(st: FuncState, dropped, other: tuple, measure) -> tuple:
+    """``st`` after one guarded segment, and that segment's start kept aside (``st.extra["segment_start"]``):
+    run ``other`` (and the cleanup) from that start too and keep the cheaper result, its state and
+    statistics. Only one of the two functions is in the module at a time (they share their name)."""
+    start = st.extra.pop("segment_start")
+    first = st.f.clone()  # detached
+    cost_first = measure(st.f)[0]
+    ir.InsertionPoint(st.f).insert(start)
+    erase_op(st.f)
+    st2 = FuncState(start, builder=st.builder, written=st.written, rws=st.rws, by_id=st.by_id, replayer=st.replayer,
+                    sopts=st.sopts, opts=st.opts, stats=Counter(st.extra["stats_before_segment"]),
+                    extra={k: v for k, v in st.extra.items() if k in ("cost_after_fold_ms", "ops_after_fold")},
+                    times=dict(st.times), pass_stats={k: Counter(v) for k, v in st.extra["pass_stats_before_segment"].items()})
+    dropped2 = PL.run_guarded(st2, other + CLEANUP, measure)
+    cost_second = measure(st2.f)[0]
+    names = [p.argument for p in (SEARCH[1], other[1])]
+    kept = 1 if cost_second < cost_first * (1 - 1e-9) else 0
+    report = {names[0]: cost_first, names[1]: cost_second, "kept": names[kept]}
+    if kept == 0:
+        ir.InsertionPoint(st2.f).insert(first)
+        erase_op(st2.f)
+        st.f = first
+        st.extra["strategies"] = report
+        for k in ("eqsat",):
+            if k in st2.extra:
+                st.extra[k] = st2.extra[k]
+        return st, dropped
+    st2.extra["strategies"] = report
+    return st2, dropped2
 
 
 def compute_ops(f: ir.Operation) -> int:

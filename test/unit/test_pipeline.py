@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from taso_mlir.passes import REGISTRY
-from taso_mlir.passes.search.taso_search import CLEANUP, FUNCTION_PASSES, PREPARE, SEARCH
+from taso_mlir.passes.search.taso_search import CLEANUP, EQSAT_SEARCH, FUNCTION_PASSES, PREPARE, SEARCH
+
+#: the passes taso-search runs by default (strategy=backtracking); FUNCTION_PASSES also has the eqsat search
+DEFAULT = PREPARE + SEARCH + CLEANUP
 
 MODELS = Path(__file__).resolve().parents[2] / "benchmarks" / "models"
 EXAMPLE = sorted(MODELS.glob("*.onnx"))[0]
@@ -26,8 +29,12 @@ def _opt(*args):
 def test_the_pipeline_is_printed_with_every_pass():
     r = _opt("--dump-pass-pipeline", "--pass-pipeline=builtin.module(taso-search{budget=7})")
     assert r.returncode == 0, r.stderr
-    for p in FUNCTION_PASSES:
+    for p in DEFAULT:
         assert p.argument in r.stderr
+    assert "taso-eqsat-search" not in r.stderr
+    r2 = _opt("--dump-pass-pipeline", "--pass-pipeline=builtin.module(taso-search{strategy=best})")
+    assert r2.returncode == 0, r2.stderr
+    assert r2.stderr.index("taso-backtracking-search") < r2.stderr.index("taso-eqsat-search")
     assert "taso-backtracking-search{budget=7}" in r.stderr
     assert r.stderr.index("taso-fold-batchnorm") < r.stderr.index("taso-flatten-matmuls") < \
         r.stderr.index("taso-compose-layout-chains")
@@ -40,7 +47,7 @@ def test_every_pass_is_registered_with_a_summary_and_statistics_are_report_keys(
     r = _opt(EXAMPLE, "--taso-search", "-o", out, f"--taso-report={rep}")
     assert r.returncode == 0, r.stderr
     fr = json.loads(rep.read_text())["functions"][0]
-    for p in FUNCTION_PASSES:
+    for p in DEFAULT:
         for k in p.statistics:
             assert k in fr, (p.argument, k)
     assert set(fr["pass_s"]) == {p.argument for p in PREPARE + SEARCH + CLEANUP}
@@ -53,7 +60,7 @@ def test_the_passes_one_by_one_give_what_taso_search_gives(tmp_path):
     r = _opt(EXAMPLE, "--taso-search", "-o", whole, f"--taso-report={rep}")
     assert r.returncode == 0, r.stderr
     assert "search_result_dropped" not in json.loads(rep.read_text())["functions"][0]
-    pipeline = "builtin.module(" + ",".join(p.argument for p in FUNCTION_PASSES) + ")"
+    pipeline = "builtin.module(" + ",".join(p.argument for p in DEFAULT) + ")"
     r = _opt(EXAMPLE, f"--pass-pipeline={pipeline}", "-o", steps)
     assert r.returncode == 0, r.stderr
     assert whole.read_bytes() == steps.read_bytes()
@@ -97,7 +104,7 @@ def test_pass_statistics_are_printed_mlir_style(tmp_path):
     r = _opt(EXAMPLE, "--taso-search", "-o", tmp_path / "o.mlir", "--mlir-pass-statistics")
     assert r.returncode == 0, r.stderr
     text = r.stderr[r.stderr.index("... Pass statistics report ..."):]
-    for p in FUNCTION_PASSES:  # every pass of the pipeline that declares counters, each with what it counts
+    for p in DEFAULT:  # every pass of the pipeline that declares counters, each with what it counts
         assert (f"\n{p.argument}\n" in text) == bool(p.counters), p.argument
         for k, what in p.counters.items():
             assert f"({k}) " in text and f" - {what}" in text

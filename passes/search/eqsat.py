@@ -1,0 +1,484 @@
+"""Equality saturation over a function's graph with the verified rules (TENSAT, MLSys'21).
+
+An e-graph holds every graph the rules reach at once: an *e-class* is one tensor value (with its shape,
+element type and whether it computes only from weights), an *e-node* one result of one op whose
+operands are e-classes. Multi-result ops (split) are one e-node per result index; the results of one
+op share an *op key* ``(kind, attrs, operand classes)``, which is what extraction pays for, once. The
+function's arguments, weights and opaque (non-taso) ops are e-nodes no rule matches; opaque ops keep
+their operands as e-classes, so the graph around them is rewritten too.
+
+Saturation applies every rewrite of the library at every match, adding its target and merging the
+classes of the mapped outputs, until nothing changes or a limit is reached (iterations, e-nodes, time).
+A match must pass the same local site check as the backtracking search (``rulebook.check_local``:
+static shapes, ranks, float types, attributes resolved at the site, both sides type-check with equal
+output shapes, dimensions >= 1), read through an ``EView`` of the e-graph. Rewrites whose source has
+several outputs (merges of siblings) are matched, as TENSAT's multi-patterns, only in the first
+``k_multi`` iterations: each pair of siblings they merge adds nodes that the next iteration can merge
+again. Unlike a graph, an e-graph has no "uses outside the match" to check (``check_uses``): the source
+stays in the e-graph, and extraction decides.
+
+Merging can make an e-class reachable from itself (a split of a concat of x and of a value computed
+from x); extraction (``extract.py``) only ever returns acyclic graphs.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Optional
+
+from taso_mlir.dialect import specs
+from taso_mlir.generator import graph as G
+from taso_mlir.passes.search import rulebook as RB
+from taso_mlir.passes.search import tgraph as T
+
+
+@dataclass
+class Limits:
+    iterations: int = 8  # saturation rounds (TENSAT: 15)
+    nodes: int = 20000  # e-nodes (TENSAT: 50,000)
+    time_s: float = 10.0  # seconds of saturation
+    k_multi: int = 1  # rounds in which multi-output rewrites match (TENSAT's k_multi)
+    matches_per_rewrite: int = 2000  # matches of one rewrite applied per round
+
+
+@dataclass
+class Stats:
+    iterations: int = 0
+    stop: str = ""  # why saturation stopped: saturated | iterations | nodes | time
+    matches: int = 0  # matches found
+    applied: int = 0  # of those, passing the site check and changing the e-graph
+    rejected: dict = field(default_factory=lambda: defaultdict(int))
+    time_s: float = 0.0
+
+
+class EGraph:
+    """Union-find over e-classes, a hash-cons of e-nodes, and per class its members and data."""
+
+    def __init__(self):
+        self.parent: list = []
+        self.shape: list = []  # per class: its static shape (a tuple) or None
+        self.dtype: list = []
+        self.memo: dict = {}  # e-node (kind, attrs, kids, j) -> class
+        self.members: dict = defaultdict(dict)  # class -> its e-nodes (a dict as an ordered set: deterministic)
+        self.nres: dict = {}  # op key (kind, attrs, kids) -> number of results
+        self.pending: list = []  # unions not yet propagated by rebuild
+        self.dirty: set = set()  # classes made or merged since ``take_dirty``
+        self.age: dict = {}  # e-node -> when it was added (its rank)
+        self.blocked: set = set()  # e-nodes extraction may not choose (``filter_cycles``)
+
+    # ---- union-find
+    def find(self, c: int) -> int:
+        p = self.parent
+        while p[c] != c:
+            p[c] = p[p[c]]
+            c = p[c]
+        return c
+
+    def new_class(self, shape, dtype) -> int:
+        c = len(self.parent)
+        self.parent.append(c)
+        self.shape.append(shape)
+        self.dtype.append(dtype)
+        return c
+
+    def canon(self, node: tuple) -> tuple:
+        kind, attrs, kids, j = node
+        kids = tuple(self.find(k) for k in kids)
+        if kind in RB.COMMUTATIVE and len(kids) == 2 and kids[1] < kids[0]:
+            kids = (kids[1], kids[0])
+        return (kind, attrs, kids, j)
+
+    def add_op(self, kind: str, attrs: tuple, kids: tuple, shapes: list, dtype: str) -> list:
+        """The classes of the results of op ``kind(kids){attrs}``: existing ones where the e-graph has
+        the op, else new classes."""
+        out = []
+        for j, s in enumerate(shapes):
+            n = self.canon((kind, attrs, kids, j))
+            c = self.memo.get(n)
+            if c is None:
+                c = self.new_class(s, dtype)
+                self.dirty.add(c)
+                self.age[n] = len(self.age)
+                self.memo[n] = c
+                self.members[c][n] = None
+                self.nres[n[:3]] = len(shapes)
+            out.append(self.find(c))
+        return out
+
+    def union(self, a: int, b: int) -> bool:
+        a, b = self.find(a), self.find(b)
+        if a == b:
+            return False
+        if len(self.members[a]) < len(self.members[b]):
+            a, b = b, a
+        self.parent[b] = a
+        self.members[a].update(self.members.pop(b, {}))
+        self.pending.append(a)
+        self.dirty.add(a)
+        return True
+
+    def take_dirty(self) -> set:
+        d = {self.find(c) for c in self.dirty}
+        self.dirty = set()
+        return d
+
+    def rebuild(self) -> None:
+        """Restore the hash-cons after unions (congruence: ops of equal operands are one op)."""
+        while self.pending:
+            self.pending = []
+            memo: dict = {}
+            age: dict = {}
+            for n, c in self.memo.items():
+                n2, c2 = self.canon(n), self.find(c)
+                age[n2] = min(age.get(n2, self.age.get(n, 0)), self.age.get(n, 0))
+                other = memo.get(n2)
+                if other is not None and self.find(other) != c2:
+                    self.union(other, c2)
+                    c2 = self.find(c2)
+                memo[n2] = c2
+            self.memo = memo
+            self.age = age
+            self.blocked = {self.canon(n) for n in self.blocked}
+            members: dict = defaultdict(dict)
+            for n, c in memo.items():
+                members[self.find(c)][n] = None
+            self.members = members
+            nres: dict = {}
+            for n in memo:
+                nres[n[:3]] = max(nres.get(n[:3], 0), n[3] + 1)
+            self.nres = nres
+
+    def filter_cycles(self) -> int:
+        """Block, on each cycle of classes through the e-nodes not blocked, the newest e-node on it (TENSAT's
+        cycle filtering), until there is none: every choice extraction can then make is acyclic.
+        Returns the number of e-nodes blocked."""
+        n_blocked = 0
+        while True:
+            cycle = self._cycle()
+            if not cycle:
+                return n_blocked
+            self.blocked.add(max(cycle, key=lambda n: self.age.get(n, 0)))
+            n_blocked += 1
+
+    def _edges(self, c: int) -> list:
+        return [(n, self.find(k)) for n in sorted(self.members[c], key=repr) if n not in self.blocked for k in n[2]]
+
+    def _cycle(self) -> list:
+        """The e-nodes of one cycle (each leads from its class to the next one's), or []."""
+        color: dict = {}  # class -> 1 on the stack, 2 done
+        for start in self.classes():
+            if start in color:
+                continue
+            color[start] = 1
+            stack = [[start, self._edges(start), 0]]
+            via: list = []  # via[i]: the e-node that led from stack[i] to stack[i + 1]
+            while stack:
+                frame = stack[-1]
+                c, edges, i = frame
+                if i == len(edges):
+                    color[c] = 2
+                    stack.pop()
+                    if via:
+                        via.pop()
+                    continue
+                frame[2] = i + 1
+                n, k = edges[i]
+                if color.get(k) == 1:
+                    pos = next(p for p, f in enumerate(stack) if f[0] == k)
+                    return via[pos:] + [n]
+                if k not in color:
+                    color[k] = 1
+                    via.append(n)
+                    stack.append([k, self._edges(k), 0])
+        return []
+
+    def num_nodes(self) -> int:
+        return len(self.memo)
+
+    def classes(self) -> list:
+        return [c for c in range(len(self.parent)) if self.parent[c] == c]
+
+    def result_class(self, op: tuple, j: int) -> Optional[int]:
+        # (an op key read from ``members`` between two rebuilds is the memo's key as it was stored)
+        c = self.memo.get(op + (j,))
+        if c is None:
+            c = self.memo.get(self.canon(op + (j,)))
+        return None if c is None else self.find(c)
+
+
+class EView(RB.View):
+    """The e-graph as the site check reads it: ops are op keys, values are classes."""
+
+    def __init__(self, eg: EGraph):
+        self.eg = eg
+
+    def kind(self, op):
+        return op[0] if op[0] in specs.SPECS else None
+
+    def operands(self, op):
+        return tuple(self.eg.find(k) for k in op[2])
+
+    def num_results(self, op):
+        return self.eg.nres.get(op, 1)
+
+    def result(self, op, j):
+        return self.eg.result_class(op, j)
+
+    def producer(self, value):
+        return None  # (check_local does not ask)
+
+    def attrs(self, op):
+        return dict(op[1])
+
+    def shape(self, value):
+        return self.eg.shape[self.eg.find(value)]
+
+    def dtype(self, value):
+        return self.eg.dtype[self.eg.find(value)]
+
+    def users(self, value):
+        return ()
+
+
+def from_graph(g: T.TGraph) -> tuple[EGraph, dict]:
+    """The e-graph of one graph; also the class of each of its values (node id, result) -> class.
+    Arguments, weights and opaque ops carry their node id in their attributes: no two are one e-node."""
+    eg = EGraph()
+    cls: dict = {}
+    for nid in sorted(g.nodes):
+        n = g.nodes[nid]
+        if n.kind == "arg" or n.kind.startswith("other:") or n.kind == "weight":
+            attrs = (("@node", nid),) + tuple(n.attrs)
+        else:
+            attrs = n.attrs
+        kids = tuple(cls[v] for v in n.operands)
+        shapes = list(n.shapes) or [None]
+        for j, c in enumerate(eg.add_op(n.kind, attrs, kids, shapes, n.dtype)):
+            cls[(nid, j)] = c
+    return eg, cls
+
+
+def _ops_of_class(eg: EGraph, c: int, kind: str, j: int):
+    for n in eg.members.get(eg.find(c), ()):
+        if n[0] == kind and n[3] == j:
+            yield n[:3]
+
+
+class Matcher:
+    """The matches of one rewrite's source in the e-graph: a backtracking join from the source's root ops
+    (those no other source op reads) down to their producers, ops of disconnected components joined
+    through the variables they share."""
+
+    def __init__(self, rw: RB.Rewrite):
+        self.rw = rw
+        src = rw.src
+        read = {G.parse_ref(r)[0] for op in src.ops for r in op.operands if G.parse_ref(r) is not None}
+        self.roots = [k for k in range(len(src.ops)) if k not in read]
+
+    def matches(self, eg: EGraph, by_kind: dict, cap: int, near: Optional[dict] = None,
+                deadline: float = math.inf):
+        """``near``: where given, the candidates of the (single) root op, by kind: the matches found are
+        those rooted there (the others were found before)."""
+        src = self.rw.src
+        first = near if (near is not None and len(self.roots) == 1) else by_kind
+        out = []
+
+        def bind_op(k, op, ops, b, then):
+            """Bind source op k to op key ``op`` (its operands' structure checked), then ``then``."""
+            if ops[k] is not None:
+                if ops[k] != op:
+                    return
+                then(ops, b)
+                return
+            if any(o == op for o in ops if o is not None):
+                return  # (two source ops are two ops)
+            rop = src.ops[k]
+            if eg.nres.get(op, 1) != rop.num_results or len(op[2]) != len(rop.operands):
+                return
+            if rop.attrs and not _attrs_agree(rop, op[1]):
+                return
+            for kids in RB.operand_orders(rop.name, op[2]):
+                ops2 = list(ops)
+                ops2[k] = op
+                operand(k, 0, kids, ops2, dict(b), then)
+
+        steps = [0]
+
+        def operand(k, p, kids, ops, b, then):
+            if len(out) >= cap:
+                return
+            steps[0] += 1
+            if not steps[0] & 1023 and time.monotonic() > deadline:
+                raise _OutOfTime
+            rop = src.ops[k]
+            if p == len(rop.operands):
+                then(ops, b)
+                return
+            ref, c = rop.operands[p], eg.find(kids[p])
+            pr = G.parse_ref(ref)
+            if pr is None:
+                if ref in b and b[ref] != c:
+                    return
+                b2 = dict(b)
+                b2[ref] = c
+                operand(k, p + 1, kids, ops, b2, then)
+                return
+            m, j = pr
+            for op in list(_ops_of_class(eg, c, src.ops[m].name, j)):
+                bind_op(m, op, ops, b, lambda ops2, b2: operand(k, p + 1, kids, ops2, b2, then))
+
+        def root(i, ops, b):
+            if len(out) >= cap:
+                return
+            if i == len(self.roots):
+                out.append((tuple(ops), dict(b)))
+                return
+            k = self.roots[i]
+            for op in (first if i == 0 else by_kind).get(src.ops[k].name, ()):
+                bind_op(k, op, ops, b, lambda ops2, b2: root(i + 1, ops2, b2))
+
+        try:
+            root(0, [None] * len(src.ops), {})
+        except _OutOfTime:
+            pass
+        return out
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+def _attrs_agree(rop: G.Op, have: tuple) -> bool:
+    """The rule's concrete (non-symbolic) attributes equal the op's (a quick filter: check_local checks
+    all of them at the site's shapes)."""
+    h = dict(have)
+    for k, v in rop.attrs:
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and k in h and h[k] != v:
+            return False
+    return True
+
+
+def saturate(eg: EGraph, rewrites: list, limits: Limits, log=None) -> Stats:
+    st = Stats()
+    t0 = time.monotonic()
+    view = EView(eg)
+    matchers = [(rw, Matcher(rw)) for rw in rewrites]
+    seen: set = set()  # matches tried (applied, or refused by the site check), canonical
+    depth = max((len(rw.src.ops) for rw in rewrites), default=1)
+    eg.take_dirty()
+    for it in range(limits.iterations):
+        by_kind: dict = defaultdict(dict)  # kind -> op keys (ordered: deterministic)
+        for n in eg.memo:
+            if n[0] in specs.SPECS:
+                by_kind[n[0]][eg.canon(n)[:3]] = None
+        present = set(by_kind)
+        near = None
+        if it > 0:  # a new match has an op within ``depth`` above a class made or merged since
+            near = _near(eg, eg.take_dirty(), depth)
+        else:
+            eg.take_dirty()
+        changed = False
+        for rw, m in matchers:
+            if len(rw.src.outputs) > 1 and it >= limits.k_multi:
+                continue
+            if not RB.kinds_ok(rw, present):
+                continue
+            found = m.matches(eg, by_kind, limits.matches_per_rewrite, near, t0 + limits.time_s)
+            st.matches += len(found)
+            for ops, b in found:
+                key = (rw.id, tuple(eg.canon(op + (0,)) for op in ops),
+                       tuple(sorted((v, eg.find(c)) for v, c in b.items())))
+                if key in seen:
+                    continue
+                seen.add(key)
+                if _apply(eg, view, rw, list(ops), b, st):
+                    changed = True
+                if eg.num_nodes() >= limits.nodes:
+                    break
+            if eg.num_nodes() >= limits.nodes or time.monotonic() - t0 > limits.time_s:
+                break
+        eg.rebuild()
+        st.iterations = it + 1
+        if log:
+            log(f"iteration {it + 1}: {eg.num_nodes()} e-nodes, {len(eg.classes())} e-classes")
+        if eg.num_nodes() >= limits.nodes:
+            st.stop = "nodes"
+            break
+        if time.monotonic() - t0 > limits.time_s:
+            st.stop = "time"
+            break
+        if not changed:
+            st.stop = "saturated"
+            break
+    else:
+        st.stop = "iterations"
+    st.time_s = time.monotonic() - t0
+    return st
+
+
+#: the site check and the target's attributes by what they read: the rewrite, the bound values' shapes and
+#: types, the matched ops' attributes and result shapes (many sites of a model share them)
+_LOCAL: dict = {}
+
+
+def _near(eg: EGraph, dirty: set, depth: int) -> dict:
+    """The op keys (by kind) that are ``dirty`` classes' ops or their users within ``depth`` levels."""
+    users: dict = defaultdict(set)  # (of ints: their order is deterministic)
+    ops_of: dict = defaultdict(dict)
+    for n, c in eg.memo.items():
+        op = n[:3]
+        ops_of[eg.find(c)][op] = None
+        for k in op[2]:
+            users[eg.find(k)].add(eg.find(c))
+    affected, frontier = set(dirty), set(dirty)
+    for _ in range(depth):
+        frontier = {u for c in frontier for u in users.get(c, ())} - affected
+        if not frontier:
+            break
+        affected |= frontier
+    near: dict = defaultdict(dict)
+    for c in sorted(affected):
+        for op in ops_of.get(c, ()):
+            near[op[0]][op] = None
+    return near
+
+
+def _apply(eg: EGraph, view: EView, rw: RB.Rewrite, ops: list, b: dict, st: Stats) -> bool:
+    key = (rw.memo_key, tuple((v, eg.shape[eg.find(c)], eg.dtype[eg.find(c)]) for v, c in b.items()),
+           tuple((op[1], tuple(eg.shape[view.result(op, j)] for j in range(view.num_results(op)))) for op in ops))
+    memo = _LOCAL.get(key)
+    if memo is None:
+        why = RB.check_local(rw, view, ops, b)
+        dst = None
+        if why is None:
+            shapes = dict(RB.site_env(rw, view, ops))
+            for v, c in b.items():
+                shapes[v] = tuple(eg.shape[eg.find(c)])
+            dst = RB.dst_op_attrs(rw, shapes)
+        memo = _LOCAL[key] = (why, dst)
+    why, dst = memo
+    if why is not None:
+        st.rejected[why.split(":")[0][:60]] += 1
+        return False
+    dtype = eg.dtype[eg.find(next(iter(b.values())))] if b else eg.dtype[eg.result_class(ops[0], 0)]
+    made: list = []
+    for (full, outs), dop in zip(dst, rw.dst.ops):
+        kids = []
+        for ref in dop.operands:
+            pr = G.parse_ref(ref)
+            kids.append(b[ref] if pr is None else made[pr[0]][pr[1]])
+        made.append(eg.add_op(dop.name, T.attrs_tuple(full), tuple(kids), [tuple(s) for s in outs], dtype))
+    changed = False
+    for rs, rd in zip(rw.src.outputs, rw.dst.outputs):
+        k, j = G.parse_ref(rs)
+        a = eg.result_class(ops[k], j)
+        pd = G.parse_ref(rd)
+        d = b[rd] if pd is None else made[pd[0]][pd[1]]
+        if a is not None and eg.union(a, d):
+            changed = True
+    if changed:
+        st.applied += 1
+    return changed

@@ -1,0 +1,138 @@
+"""``taso-eqsat-search``: equality saturation with the verified rules and optimal extraction (TENSAT).
+
+The function's graph becomes an e-graph (``eqsat.from_graph``), every rewrite the backtracking search
+uses is applied to it until saturation or a limit (``eqsat.saturate``), and the cheapest acyclic graph
+it holds is extracted by an integer program (``extract.extract``), priced as the function is written.
+The extracted graph is then written into the function: ops of the input that it keeps stay (moved into
+an order where operands come first, their operands set to the extracted values), new ops are created
+from their kind, attributes and result shapes; what nothing uses any more is removed. Every e-node the
+extraction can choose is the input's or the target of a proved rule at a site that passed the rule's
+site check, so the extracted graph computes what the input computes (as each rule's proof says).
+
+The report gives the e-graph's size, why saturation stopped, the extraction's method and cost, and the
+solver's lower bound: ``cost - bound`` is how far the result can be from the best graph under the rules
+and the limits.
+"""
+
+from __future__ import annotations
+
+import time
+
+from taso_mlir.dialect.errors import TasoError
+from taso_mlir.dialect.handles import ir_step, set_operand
+from taso_mlir.dialect.mlir import ir
+from taso_mlir.dialect.ops import create_taso_op, elem_type, function_dce
+from taso_mlir.passes.pipeline import FuncState, FunctionPass
+from taso_mlir.passes.search import eqsat as E
+from taso_mlir.passes.search import extract as X
+from taso_mlir.passes.search import tgraph as T
+
+
+def limits_of(opts: dict) -> E.Limits:
+    return E.Limits(iterations=int(opts.get("eqsat-iterations", 4)), nodes=int(opts.get("eqsat-nodes", 20000)),
+                    time_s=float(opts.get("eqsat-time", 10.0)), k_multi=int(opts.get("eqsat-k-multi", 1)))
+
+
+def search(f: ir.Operation, st: FuncState) -> dict:
+    """Saturate, extract and write the result into ``f``; returns what the report says of it."""
+    tick = time.monotonic()
+    g0, mops = T.from_function(f, st.written)
+    eg, cls = E.from_graph(g0)
+    lim = limits_of(st.opts)
+    stats = E.saturate(eg, st.rws, lim)
+    blocked = eg.filter_cycles()
+    roots = [eg.find(cls[v]) for v in g0.outputs]
+    costs = X.Costs(eg, st.written)
+    input_choice: dict = {}
+    original: dict = {}  # canonical op key -> node id of the input
+    for (nid, j), c in cls.items():
+        n = g0.nodes[nid]
+        op = _op_key(eg, n, nid, cls)
+        original.setdefault(op, nid)
+        input_choice.setdefault(eg.find(c), []).append(op + (j,))
+    ex = X.extract(eg, costs, roots, input_choice, float(st.opts.get("eqsat-ilp-time", 10.0)))
+    new_ops = write(f, eg, ex, g0, mops, original, cls)
+    return {
+        "enodes": eg.num_nodes(), "eclasses": len(eg.classes()), "iterations": stats.iterations,
+        "stop": stats.stop, "matches": stats.matches, "applied": stats.applied, "saturation_s": round(stats.time_s, 3),
+        "extraction": ex.method, "status": ex.status, "cost_ms": ex.cost, "bound_ms": ex.bound,
+        "gap": ex.gap, "cycle_cuts": ex.cuts, "blocked": blocked, "solve_s": round(ex.solve_s, 3), "new_ops": new_ops,
+        "rejected": dict(sorted(stats.rejected.items(), key=lambda kv: -kv[1])[:8]),
+        "time_s": round(time.monotonic() - tick, 3), "input_cost_ms": g0.cost,
+    }
+
+
+def _op_key(eg: E.EGraph, n: T.Node, nid: int, cls: dict) -> tuple:
+    if n.kind == "arg" or n.kind.startswith("other:") or n.kind == "weight":
+        attrs = (("@node", nid),) + tuple(n.attrs)
+    else:
+        attrs = n.attrs
+    return eg.canon((n.kind, attrs, tuple(cls[v] for v in n.operands), 0))[:3]
+
+
+@ir_step
+def write(f: ir.Operation, eg: E.EGraph, ex: X.Extraction, g0: T.TGraph, mops: list, original: dict,
+          cls: dict) -> int:
+    """Make ``f`` compute the extracted graph; returns the number of ops created."""
+    block = f.regions[0].blocks[0]
+    ret = next(o.operation for o in block.operations if o.operation.name == "func.return")
+    args = list(block.arguments)
+    value: dict = {}  # class -> ir.Value
+    made = 0
+    for op in ex.order:
+        kind, attrs, kids = op
+        nid = original.get(op)
+        operands = [value[eg.find(k)] for k in kids]
+        if kind == "arg":
+            results = [args[dict(attrs)["@node"]]]
+        elif nid is not None and mops[nid] is not None:  # an op of the input: kept, after its operands
+            o = mops[nid]
+            for i, v in enumerate(operands):
+                if o.operands[i] != v:
+                    set_operand(o, i, v)
+            o.move_before(ret)
+            results = list(o.results)
+        elif kind in ("weight",) or kind.startswith("other:"):
+            raise TasoError(f"internal error: @{ir.StringAttr(f.attributes['sym_name']).value}: the extracted "
+                            f"graph has an op of the input ({kind}) that is not in the function")
+        else:
+            types = []
+            j = 0
+            while True:
+                r = eg.result_class(op, j)
+                if r is None:
+                    break
+                et = elem_type(operands[0]) if operands else ir.F32Type.get()
+                types.append(ir.RankedTensorType.get(list(eg.shape[r]), et))
+                j += 1
+            with ir.InsertionPoint(ret), ret.location:
+                o = create_taso_op(kind, operands, types, dict(attrs), loc=ret.location)
+            results = list(o.results)
+            made += 1
+        for j, r in enumerate(results):
+            c = eg.result_class(op, j)
+            if c is not None:
+                value[c] = r
+    for i, v in enumerate(g0.outputs):
+        new = value[eg.find(cls[v])]
+        if ret.operands[i] != new:
+            set_operand(ret, i, new)
+    function_dce(f)
+    return made
+
+
+def _run(st: FuncState) -> None:
+    rep = search(st.f, st)
+    st.count("eqsat_ops_created", rep["new_ops"])
+    for key in ("enodes", "eclasses", "iterations", "matches", "applied"):
+        st.count(f"eqsat_{key}", rep[key])
+    st.extra.update(history=[], cost_searched_ms=rep["cost_ms"], timed_out=rep["stop"] == "time",
+                    rejected_sites=rep["rejected"], search_s=rep["time_s"], eqsat=rep)
+
+
+PASS = FunctionPass(
+    "taso-eqsat-search", "Equality saturation with the verified rules and the cheapest acyclic graph the "
+    "e-graph holds, extracted by an integer program (HiGHS)", _run,
+    {"eqsat_ops_created": "ops the extracted graph created"}, needs_rules=True, group="search",
+    work={"eqsat_enodes": "e-nodes", "eqsat_eclasses": "e-classes", "eqsat_iterations": "saturation rounds",
+          "eqsat_matches": "rule matches", "eqsat_applied": "rule matches that grew the e-graph"})

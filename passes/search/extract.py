@@ -1,0 +1,316 @@
+"""Extraction: the cheapest acyclic graph an e-graph holds (``eqsat.py``).
+
+Every op of the extracted graph is paid once, however many of its results and users it has, so the
+cost of a choice is not a sum over classes: greedy extraction, which prices each class as the cheapest
+tree below it, misses sharing (TENSAT: NasNet-A came out worse than it went in). ``ilp`` states the
+choice as an integer program, TENSAT's: a binary per e-node (chosen or not) and per op (paid or not);
+every output class has a chosen e-node; every chosen e-node has a chosen e-node in each of its operand
+classes and pays its op; minimize the ops' costs. It is solved by HiGHS (``highspy``) within a time
+limit, from the greedy choice as a start. Cycles are cut lazily: where the solution's graph has a cycle,
+a constraint that not all of that cycle's e-nodes are chosen is added and the program solved again.
+The solver's bound says how far the result can be from the optimum under the rules (the gap).
+
+Costs are those of the function as written (``tgraph.Builder`` with ``split_trees=False``): an op whose
+operands all compute from weights costs nothing (it is folded into a weight), and an e-class computes
+from weights where any of its e-nodes does.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from taso_mlir.dialect import specs
+from taso_mlir.passes.search import tgraph as T
+from taso_mlir.passes.search.eqsat import EGraph
+
+
+@dataclass
+class Extraction:
+    choice: dict  # class -> chosen e-node (kind, attrs, kids, j), for the classes the graph uses
+    order: list  # op keys (kind, attrs, kids) in an order where operands come first
+    cost: float  # the sum of the chosen ops' costs
+    method: str  # "ilp" | "greedy" | "input"
+    bound: Optional[float] = None  # the solver's lower bound on the optimum (None: no bound)
+    status: str = ""
+    solve_s: float = 0.0
+    cuts: int = 0  # cycle constraints added
+    info: dict = field(default_factory=dict)
+
+    @property
+    def gap(self) -> Optional[float]:
+        if self.bound is None or self.cost <= 0:
+            return None
+        return max(0.0, (self.cost - self.bound) / self.cost)
+
+
+class _In:
+    __slots__ = ("shapes", "weight")
+
+    def __init__(self, shape, weight):
+        self.shapes, self.weight = (shape,), weight
+
+
+class Costs:
+    """Per op key its cost, and per class whether it computes from weights."""
+
+    def __init__(self, eg: EGraph, builder: T.Builder):
+        self.eg, self.builder = eg, builder
+        self.weight = self._weights()
+        self._memo: dict = {}
+
+    def _weights(self) -> set:
+        eg = self.eg
+        w: set = set()
+        changed = True
+        while changed:
+            changed = False
+            for c, nodes in eg.members.items():
+                c = eg.find(c)
+                if c in w:
+                    continue
+                for kind, _attrs, kids, _j in nodes:
+                    if kind == "weight" or kind in specs.CONSTANTS or (
+                            kind in specs.SPECS and kids and all(eg.find(k) in w for k in kids)):
+                        w.add(c)
+                        changed = True
+                        break
+        return w
+
+    def op_weight(self, op: tuple) -> bool:
+        kind, _attrs, kids = op
+        return kind == "weight" or kind in specs.CONSTANTS or (
+            kind in specs.SPECS and bool(kids) and all(self.eg.find(k) in self.weight for k in kids))
+
+    def cost(self, op: tuple) -> float:
+        c = self._memo.get(op)
+        if c is None:
+            kind, attrs, kids = op
+            if kind == "arg" or kind == "weight":
+                c = 0.0
+            else:
+                eg = self.eg
+                ins = [_In(eg.shape[eg.find(k)], eg.find(k) in self.weight) for k in kids]
+                shapes, j = [], 0
+                while True:
+                    r = eg.result_class(op, j)
+                    if r is None:
+                        break
+                    shapes.append(eg.shape[r])
+                    j += 1
+                attrs = tuple(a for a in attrs if a[0] != "@node")
+                dtype = eg.dtype[eg.result_class(op, 0)] if shapes else ""
+                c = self.builder.cost(kind, attrs, ins, tuple((i, 0) for i in range(len(ins))), tuple(shapes),
+                                      dtype, self.op_weight(op))
+            self._memo[op] = c
+        return c
+
+
+def reachable(eg: EGraph, roots: list) -> list:
+    seen, stack = set(), [eg.find(r) for r in roots]
+    while stack:
+        c = stack.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        for n in eg.members[c]:
+            if n not in eg.blocked:
+                stack.extend(eg.find(k) for k in n[2])
+    return sorted(seen)
+
+
+def greedy(eg: EGraph, costs: Costs, roots: list) -> Optional[dict]:
+    """Each class's cheapest tree (a fixpoint over classes); None where a root has no finite tree."""
+    classes = reachable(eg, roots)
+    best = {c: (math.inf, None) for c in classes}
+    changed = True
+    while changed:
+        changed = False
+        for c in classes:
+            for n in eg.members[c]:
+                if n in eg.blocked:
+                    continue
+                kids = [eg.find(k) for k in n[2]]
+                t = costs.cost(n[:3]) + sum(best[k][0] for k in kids)
+                if t < best[c][0] - 1e-12:
+                    best[c] = (t, n)
+                    changed = True
+    if any(best[eg.find(r)][1] is None for r in roots):
+        return None
+    return {c: n for c, (t, n) in best.items() if n is not None}
+
+
+def walk(eg: EGraph, roots: list, chosen) -> tuple[Optional[dict], Optional[list]]:
+    """A graph from the choices ``chosen(c)`` (the e-nodes chosen in class c, preferred first): the
+    choice per class it uses and its ops in operand-first order, or (None, cycle) where every choice
+    closes a cycle (``cycle``: the e-nodes on one)."""
+    choice: dict = {}
+    order: list = []
+    placed: set = set()
+    state: dict = {}  # class -> 1 on the path, 2 done
+    path: list = []
+    cycle: list = []
+
+    def visit(c) -> bool:
+        c = eg.find(c)
+        if state.get(c) == 2:
+            return True
+        if state.get(c) == 1:
+            i = next(i for i, (pc, _n) in enumerate(path) if pc == c)
+            cycle[:] = [n for _pc, n in path[i:]]
+            return False
+        state[c] = 1
+        for n in chosen(c):
+            path.append((c, n))
+            ok = all(visit(k) for k in n[2])
+            path.pop()
+            if ok:
+                choice[c] = n
+                if n[:3] not in placed:
+                    placed.add(n[:3])
+                    order.append(n[:3])
+                state[c] = 2
+                return True
+        del state[c]
+        return False
+
+    for r in roots:
+        if not visit(r):
+            return None, cycle
+    return choice, order
+
+
+def total(costs: Costs, order: list) -> float:
+    return sum(costs.cost(op) for op in order)
+
+
+def _highs():
+    """A silent HiGHS instance (its banner goes to file descriptor 1, which may be the output)."""
+    import highspy
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    h.setOptionValue("output_flag", False)
+    return h
+
+
+def ilp(eg: EGraph, costs: Costs, roots: list, start: Optional[dict], time_limit: float = 10.0,
+        max_cuts: int = 50) -> Optional[Extraction]:
+    """The optimal acyclic choice (or the best found within ``time_limit``), None if the solver found no
+    solution."""
+    import highspy
+    import numpy as np
+
+    t0 = time.monotonic()
+    classes = reachable(eg, roots)
+    nodes = [n for c in classes for n in sorted(eg.members[c], key=repr) if n not in eg.blocked]
+    ops = sorted({n[:3] for n in nodes}, key=repr)
+    xi = {n: i for i, n in enumerate(nodes)}
+    yi = {o: len(nodes) + i for i, o in enumerate(ops)}
+    by_class = {c: [xi[n] for n in eg.members[c] if n in xi] for c in classes}
+    h = _highs()
+    h.setOptionValue("time_limit", float(time_limit))
+    h.setOptionValue("mip_rel_gap", 1e-6)
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("random_seed", 0)
+    nvar = len(nodes) + len(ops)
+    cost = np.zeros(nvar)
+    for o in ops:
+        cost[yi[o]] = costs.cost(o)
+    h.addVars(nvar, np.zeros(nvar), np.ones(nvar))
+    h.changeColsCost(nvar, np.arange(nvar, dtype=np.int32), cost)
+    h.changeColsIntegrality(nvar, np.arange(nvar, dtype=np.int32),
+                            np.array([highspy.HighsVarType.kInteger] * nvar))
+    inf = highspy.kHighsInf
+    rows: list = []  # (lower, indices, values)
+    for r in {eg.find(r) for r in roots}:
+        rows.append((1.0, by_class[r], [1.0] * len(by_class[r])))
+    for n in nodes:
+        i = xi[n]
+        rows.append((0.0, [yi[n[:3]], i], [1.0, -1.0]))
+        for k in {eg.find(k) for k in n[2]}:
+            idx = by_class[k]
+            if i in idx:  # (a node reading its own class can never be chosen)
+                rows.append((0.0, [i], [-1.0]))
+                continue
+            rows.append((0.0, idx + [i], [1.0] * len(idx) + [-1.0]))
+    lo = np.array([r[0] for r in rows])
+    starts = np.cumsum([0] + [len(r[1]) for r in rows[:-1]]).astype(np.int32)
+    index = np.array([j for r in rows for j in r[1]], dtype=np.int32)
+    value = np.array([v for r in rows for v in r[2]])
+    h.addRows(len(rows), lo, np.full(len(rows), inf), len(index), starts, index, value)
+    if start:
+        sol = np.zeros(nvar)
+        for n in start.values():
+            if n in xi:
+                sol[xi[n]] = 1.0
+                sol[yi[n[:3]]] = 1.0
+        try:
+            h.setSolution(_solution(sol))
+        except Exception:  # (a start is only a hint)
+            pass
+    cuts = 0
+    while True:
+        h.run()
+        status = h.modelStatusToString(h.getModelStatus())
+        info = h.getInfo()
+        if info.primal_solution_status != 2:  # no feasible solution
+            return None
+        x = np.asarray(h.getSolution().col_value)
+        picked = {c: sorted((n for n in eg.members[c] if n in xi and x[xi[n]] > 0.5), key=lambda n: costs.cost(n[:3]))
+                  for c in classes}
+        choice, order = walk(eg, roots, lambda c: picked.get(eg.find(c), []))
+        if choice is not None:
+            bound = float(info.mip_dual_bound)
+            gap = float(info.mip_gap)
+            return Extraction(choice, order, total(costs, order), "ilp",
+                              bound if math.isfinite(bound) and gap < 1.0 else None, status,
+                              time.monotonic() - t0, cuts, {"variables": nvar, "rows": len(rows) + cuts})
+        cycle = order  # (walk returned the cycle's e-nodes)
+        if cuts >= max_cuts or time.monotonic() - t0 > time_limit:
+            return None
+        idx = np.array(sorted({xi[n] for n in cycle}), dtype=np.int32)
+        h.addRow(-inf, float(len(idx) - 1), len(idx), idx, np.ones(len(idx)))
+        cuts += 1
+
+
+def _solution(col_value):
+    import highspy
+
+    s = highspy.HighsSolution()
+    s.col_value = list(col_value)
+    s.value_valid = True
+    return s
+
+
+def extract(eg: EGraph, costs: Costs, roots: list, input_choice: dict, time_limit: float = 10.0) -> Extraction:
+    """The ILP's choice; where it finds none in time, the greedy one where acyclic; else the input's
+    (``input_choice``: class -> the input graph's e-nodes in it)."""
+    t0 = time.monotonic()
+    g = greedy(eg, costs, roots)
+    start = None
+    if g is not None:
+        choice, order = walk(eg, roots, lambda c: [g[eg.find(c)]] if eg.find(c) in g else [])
+        if choice is not None:
+            start = choice
+    res = ilp(eg, costs, roots, start, time_limit)
+    if res is not None:
+        return res
+    if start is not None:
+        choice, order = walk(eg, roots, lambda c: [start[eg.find(c)]])
+        return Extraction(choice, order, total(costs, order), "greedy", None, "ilp found no solution in time",
+                          time.monotonic() - t0)
+    choice, order = walk(eg, roots, lambda c: input_choice.get(eg.find(c), []))
+    return Extraction(choice, order, total(costs, order), "input", None, "no acyclic extraction found",
+                      time.monotonic() - t0)
