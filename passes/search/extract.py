@@ -272,8 +272,14 @@ def ilp(eg: EGraph, costs: Costs, roots: list, start: Optional[dict], time_limit
                   for c in classes}
         choice, order = walk(eg, roots, lambda c: picked.get(eg.find(c), []))
         if choice is not None:
-            bound = float(info.mip_dual_bound)
-            gap = float(info.mip_gap)
+            # (HiGHS's info reports objective and bound 0 where a start it was given is optimal: the
+            # objective is computed here, and an optimal status means the bound is the objective)
+            objective = float(np.dot(cost, x))
+            bound, gap = float(info.mip_dual_bound), float(info.mip_gap)
+            if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
+                bound, gap = objective, 0.0
+            elif not (0.0 < bound <= objective * (1 + 1e-9)):
+                gap = 1.0
             return Extraction(choice, order, total(costs, order), "ilp",
                               bound if math.isfinite(bound) and gap < 1.0 else None, status,
                               time.monotonic() - t0, cuts, {"variables": nvar, "rows": len(rows) + cuts})

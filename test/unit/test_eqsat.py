@@ -1,0 +1,170 @@
+"""taso-search{strategy=eqsat} (equality saturation + extraction by an integer program) and strategy=best:
+graphs where the backtracking search gets stuck and eqsat does not (and the reverse), the extraction's
+optimum on an e-graph whose optimum is known, acyclic results, determinism, and the limits."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from taso_mlir.passes.search import eqsat as E
+from taso_mlir.passes.search import extract as X
+
+ROOT = Path(__file__).resolve().parents[2]
+LIT = ROOT / "test" / "Passes" / "taso-search.mlir"
+
+
+def _chunk(name: str) -> str:
+    for chunk in LIT.read_text().split("// -----"):
+        if f"func.func @{name}(" in chunk:
+            return chunk
+    raise AssertionError(name)
+
+
+def _opt(src: Path, out: Path, *opts: str, env=None):
+    r = subprocess.run([sys.executable, "-m", "taso_mlir.tools.taso_opt", str(src), "-o", str(out),
+                        *opts], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def _search(tmp_path, name: str, opts: str, env=None) -> dict:
+    src = tmp_path / f"{name}.mlir"
+    src.write_text(_chunk(name))
+    rep = tmp_path / f"{name}.{abs(hash(opts))}.json"
+    out = tmp_path / f"{name}.{abs(hash(opts))}.onnx"
+    _opt(src, out, f"--pass-pipeline=builtin.module(taso-search{{target=analytic:t4 {opts} report={rep}}})", env=env)
+    return json.loads(rep.read_text())["functions"][0] | {"out": out, "src": src}
+
+
+def _same_numbers(tmp_path, src: Path, out: Path) -> None:
+    """The optimized model computes what the input does (onnxruntime, random inputs)."""
+    orig = tmp_path / "orig.onnx"
+    _opt(src, orig)
+    rng = np.random.default_rng(0)
+    a = ort.InferenceSession(str(orig), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    feeds = {i.name: rng.standard_normal([d for d in i.shape]).astype(np.float32) for i in a.get_inputs()}
+    for x, y in zip(a.run(None, feeds), b.run(None, feeds)):
+        np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(x).max())))
+
+
+def test_eqsat_finds_what_a_greedy_backtracking_search_does_not(tmp_path):
+    """@fire_merge (SqueezeNet's fire module): the greedy search (alpha 1) stops after one merge, eqsat
+    reaches the graph of one convolution, and the solver proves it optimal under the rules."""
+    greedy = _search(tmp_path, "fire_merge", "strategy=backtracking alpha=1.0")
+    eq = _search(tmp_path, "fire_merge", "strategy=eqsat")
+    assert eq["cost_after_ms"] < 0.5 * greedy["cost_after_ms"], (eq["cost_after_ms"], greedy["cost_after_ms"])
+    info = eq["eqsat"]
+    assert info["extraction"] == "ilp" and info["status"] == "Optimal"
+    assert info["gap"] is not None and info["gap"] < 1e-6
+    assert info["bound_ms"] <= info["cost_ms"] * (1 + 1e-9)
+    assert eq["compute_ops_after"] == 1  # (one convolution; the concat of its kernels is folded)
+    _same_numbers(tmp_path, eq["src"], eq["out"])
+
+
+def test_backtracking_wins_where_merges_chain_and_best_keeps_the_cheaper(tmp_path):
+    """@merge_four_matmuls: merging four matmuls takes three merges in a row; eqsat matches rewrites of
+    several outputs only in its first round (k_multi 1, as TENSAT), so it merges pairs only, while the
+    backtracking search chains them. strategy=best keeps the cheaper, and says which."""
+    bt = _search(tmp_path, "merge_four_matmuls", "strategy=backtracking")
+    eq = _search(tmp_path, "merge_four_matmuls", "strategy=eqsat")
+    best = _search(tmp_path, "merge_four_matmuls", "strategy=best")
+    assert bt["cost_after_ms"] < eq["cost_after_ms"] < eq["cost_before_ms"]
+    assert best["cost_after_ms"] == min(bt["cost_after_ms"], eq["cost_after_ms"])
+    assert best["strategies"]["kept"] == "taso-backtracking-search"
+    _same_numbers(tmp_path, best["src"], best["out"])
+
+
+def test_strategy_best_takes_eqsat_where_it_is_cheaper(tmp_path):
+    best = _search(tmp_path, "fire_merge", "strategy=best alpha=1.0")
+    assert best["strategies"]["kept"] == "taso-eqsat-search"
+    assert best["strategies"]["taso-eqsat-search"] < best["strategies"]["taso-backtracking-search"]
+    assert best["cost_after_ms"] == pytest.approx(best["strategies"]["taso-eqsat-search"])
+
+
+def test_eqsat_is_deterministic(tmp_path):
+    outs = []
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        r = _search(tmp_path / seed if (tmp_path / seed).mkdir() is None else tmp_path, "shared_weight_concat",
+                    "strategy=eqsat", env=env)
+        outs.append(r["out"].read_bytes())
+        r["eqsat"].pop("time_s"), r["eqsat"].pop("saturation_s"), r["eqsat"].pop("solve_s")
+        outs.append(json.dumps(r["eqsat"], sort_keys=True))
+    assert outs[0] == outs[2] and outs[1] == outs[3]
+
+
+def test_limits_are_honoured(tmp_path):
+    r = _search(tmp_path, "fire_merge", "strategy=eqsat eqsat-iterations=1")
+    assert r["eqsat"]["iterations"] == 1 and r["eqsat"]["stop"] in ("iterations", "saturated")
+    r = _search(tmp_path, "fire_merge", "strategy=eqsat eqsat-nodes=30")
+    assert r["eqsat"]["stop"] == "nodes"
+    assert r["eqsat"]["enodes"] < 30 + 20  # (the rewrite that crossed the limit finishes)
+    assert r["cost_after_ms"] <= r["cost_before_ms"]
+    _same_numbers(tmp_path, r["src"], r["out"])
+
+
+# ---------------------------------------------------------------------------------------------
+# extraction on hand-made e-graphs
+
+
+class _Costs(X.Costs):
+    def __init__(self, eg, table):
+        self.eg, self.weight, self._t = eg, set(), table
+
+    def cost(self, op):
+        return self._t.get(op[0], 0.0)
+
+
+def _leaf(eg, name):
+    return eg.add_op("arg", (("@node", name),), (), [(1,)], "f32")[0]
+
+
+def test_the_ilp_pays_a_shared_op_once_and_greedy_does_not():
+    """Outputs X and Y: X = f(S) or g(T1), Y = h(S) or k(T2); S costs 10, T1 and T2 6, the rest 1. Each
+    class's cheapest tree picks g and k (14 in all); the optimum shares S: f, h and S, 12."""
+    eg = E.EGraph()
+    a = _leaf(eg, 0)
+    s = eg.add_op("relu", (), (a,), [(1,)], "f32")[0]
+    t1 = eg.add_op("tanh", (), (a,), [(1,)], "f32")[0]
+    t2 = eg.add_op("sigmoid", (), (a,), [(1,)], "f32")[0]
+    x1 = eg.add_op("f", (), (s,), [(1,)], "f32")[0]
+    x2 = eg.add_op("g", (), (t1,), [(1,)], "f32")[0]
+    y1 = eg.add_op("h", (), (s,), [(1,)], "f32")[0]
+    y2 = eg.add_op("k", (), (t2,), [(1,)], "f32")[0]
+    eg.union(x1, x2)
+    eg.union(y1, y2)
+    eg.rebuild()
+    costs = _Costs(eg, {"relu": 10.0, "tanh": 6.0, "sigmoid": 6.0, "f": 1.0, "g": 1.0, "h": 1.0, "k": 1.0})
+    roots = [eg.find(x1), eg.find(y1)]
+    g = X.greedy(eg, costs, roots)
+    choice, order = X.walk(eg, roots, lambda c: [g[eg.find(c)]])
+    assert X.total(costs, order) == 14.0
+    res = X.ilp(eg, costs, roots, choice)
+    assert res.cost == 12.0 and res.status == "Optimal" and res.gap == 0.0
+    assert {op[0] for op in res.order} == {"arg", "relu", "f", "h"}
+
+
+def test_cycles_are_filtered_and_extraction_is_acyclic():
+    """A merge that makes a class reachable from itself: x = a, and x is also relu(x'), x' = neg(x) (as
+    a split of a concat of x can be). The filter blocks the newest e-node on the cycle; the extraction
+    reads a."""
+    eg = E.EGraph()
+    a = _leaf(eg, 0)
+    n = eg.add_op("neg", (), (a,), [(1,)], "f32")[0]
+    r = eg.add_op("relu", (), (n,), [(1,)], "f32")[0]
+    eg.union(a, r)  # now class(a) = {a, relu(class(neg(a)))} and neg reads class(a): a cycle
+    eg.rebuild()
+    assert eg._cycle()
+    assert eg.filter_cycles() == 1 and not eg._cycle()
+    costs = _Costs(eg, {"relu": 1.0, "neg": 1.0})
+    res = X.extract(eg, costs, [eg.find(a)], {eg.find(a): [("arg", (("@node", 0),), (), 0)]})
+    assert [op[0] for op in res.order] == ["arg"] and res.cost == 0.0
