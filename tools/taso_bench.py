@@ -54,6 +54,10 @@ def _build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--models", action="append", default=[], metavar="A,B",
                     help="models to run (comma-separated, repeatable; default: all; see --list)")
     ap.add_argument("--list", action="store_true", help="list the models and their configurations, then exit")
+    ap.add_argument("--strategies", action="store_true",
+                    help="compare taso-search's strategies instead: backtracking vs eqsat per model (cost, search "
+                         "time, memory, e-graph size, the extraction's bound), with --cost-model as the target "
+                         "(default analytic:t4); a markdown table on stdout (benchmarks/strategies.py)")
     ap.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
                     help=f"folder for report.md, results.json and the charts (default: {DEFAULT_OUT})")
     ap.add_argument("--optimizer", default=DEFAULT_OPTIMIZER, choices=sorted(OPTIMIZERS),
@@ -167,6 +171,11 @@ def _main(argv: list[str]) -> int:
         for m in models:
             sys.stdout.write(f"{m.name:<12} {m.title:<13} {m.config}\n")
         return 0
+    if args.strategies:
+        from taso_mlir.benchmarks import strategies
+
+        return strategies.main((["--quick"] if args.quick else []) + ["--models", ",".join(m.name for m in models),
+                                "--target", args.cost_model or "analytic:t4"])
     settings = _settings(args)
     baseline = load_baseline(args.baseline) if args.baseline else None
     cost_model = quick_cost_model(args.quick, args.optimizer, args.pipeline, args.cost_model)

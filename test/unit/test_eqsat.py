@@ -168,3 +168,19 @@ def test_cycles_are_filtered_and_extraction_is_acyclic():
     costs = _Costs(eg, {"relu": 1.0, "neg": 1.0})
     res = X.extract(eg, costs, [eg.find(a)], {eg.find(a): [("arg", (("@node", 0),), (), 0)]})
     assert [op[0] for op in res.order] == ["arg"] and res.cost == 0.0
+
+
+def test_the_strategies_table(tmp_path):
+    """taso-bench --strategies (benchmarks/strategies.py) on a quick suite model: both strategies ran in
+    their own process, neither made the model costlier, and the row says what eqsat's e-graph was."""
+    from taso_mlir.benchmarks import strategies
+
+    out = tmp_path / "rows.json"
+    assert strategies.main(["--quick", "--models", "nasrnn", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())
+    b, e = row["backtracking"], row["eqsat"]
+    assert b["after"] <= b["before"] and e["after"] <= e["before"] and b["before"] == e["before"]
+    assert e["eqsat"]["enodes"] > 0 and e["eqsat"]["stop"] in ("saturated", "iterations", "nodes", "time")
+    assert b["peak_mb"] > 0 and e["peak_mb"] > 0
+    text = strategies.format_row("nasrnn", b, e)
+    assert text.startswith("| nasrnn |") and f"{e['eqsat']['enodes']} ({e['eqsat']['stop']})" in text

@@ -1,0 +1,113 @@
+"""Backtracking vs equality saturation on the benchmark suite: how far is each search from the best graph
+the rules allow?
+
+For every suite model (``benchmarks/suite.py``), ``taso-search`` runs once with ``strategy=backtracking``
+and once with ``strategy=eqsat``, each in a fresh process (its peak memory is its own), with the same
+target (default ``analytic:t4``: the figures TASO and TENSAT published are GPU cost-model figures) and
+the same prepare and cleanup passes. Reported per model: the cost before and after each strategy (after
+the cleanup passes), eqsat's cost relative to backtracking's, the search times (eqsat's split into
+saturation and extraction), peak memory, the e-graph's size and why saturation stopped, and the
+extraction's method, solver status and gap (the solver's bound against its result). A gap of 0 proves
+the extracted graph the cheapest of the graphs the e-graph holds (priced as written, before cleanup);
+it says nothing of graphs the saturation did not reach within its limits, which is where backtracking
+can be ahead.
+
+    python -m taso_mlir.benchmarks.strategies [--models a,b] [--target analytic:t4] [--json FILE] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Optional
+
+_CHILD = """
+import sys
+from taso_mlir.tools.taso_opt import main
+rc = main(sys.argv[1:], contain=False)
+kb = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+sys.stderr.write("\\ntaso-strategies-peak-rss-kb %d\\n" % kb)
+sys.exit(rc)
+"""
+
+HEADER = ("| model | cost before ms | backtracking ms (less) | eqsat ms (less) | eqsat vs backtracking | search s "
+          "backtracking / eqsat (saturation, extraction) | peak MB backtracking / eqsat | e-nodes (stop) | "
+          "extraction (status, gap) |\n|---|---|---|---|---|---|---|---|---|")
+
+
+def run_one(src: str, strategy: str, target: str, work: str, extra: str = "") -> dict:
+    rep = os.path.join(work, f"{os.path.basename(src)}.{strategy}.json")
+    out = os.path.join(work, f"{os.path.basename(src)}.{strategy}.onnx")
+    opts = f"target={target} strategy={strategy} report={rep} {extra}".strip()
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", _CHILD, src, "-o", out, f"--pass-pipeline=builtin.module(taso-search{{{opts}}})",
+                        "--no-progress"], capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if p.returncode != 0:
+        lines = [ln for ln in p.stderr.splitlines() if ln.strip() and "peak-rss" not in ln]
+        return {"error": lines[-1] if lines else f"exit {p.returncode}"}
+    kb = int(p.stderr.rsplit("taso-strategies-peak-rss-kb", 1)[1].split()[0])
+    with open(rep) as f:
+        r = json.load(f)
+    fr = r["functions"][0]
+    os.unlink(out)
+    return {"before": fr["cost_before_ms"], "after": fr["cost_after_ms"], "search_s": fr["search_s"], "wall_s": wall,
+            "peak_mb": kb / 1024, "eqsat": fr.get("eqsat")}
+
+
+def format_row(name: str, b: dict, e: dict) -> str:
+    def red(r):
+        return f"{r['after']:.4g} ({100 * (r['before'] - r['after']) / r['before']:.1f}%)"
+
+    if "error" in b or "error" in e:
+        return f"| {name} | FAILED: {b.get('error') or e.get('error')} | | | | | | | |"
+    q = e["eqsat"]
+    gap = "no bound" if q.get("gap") is None else f"gap {100 * q['gap']:.1f}%"
+    return (f"| {name} | {b['before']:.4g} | {red(b)} | {red(e)} | {100 * (e['after'] - b['after']) / b['after']:+.1f}% | "
+            f"{b['search_s']:.2f} / {e['search_s']:.2f} ({q['saturation_s']:.1f}, {q['solve_s']:.1f}) | "
+            f"{b['peak_mb']:.0f} / {e['peak_mb']:.0f} | {q['enodes']} ({q['stop']}) | {q['extraction']} ({q['status']}, {gap}) |")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m taso_mlir.benchmarks.strategies", description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="", help="comma-separated suite models (default: all)")
+    ap.add_argument("--quick", action="store_true", help="the suite's tiny variants")
+    ap.add_argument("--target", default="analytic:t4")
+    ap.add_argument("--eqsat", default="", help="extra taso-search options for the eqsat run, e.g. 'eqsat-k-multi=2'")
+    ap.add_argument("--json", help="also write the rows as JSON to this file")
+    a = ap.parse_args(argv)
+    import onnx
+
+    from taso_mlir.benchmarks.suite import suite
+
+    models = suite(a.quick)
+    if a.models:
+        want = [m.strip() for m in a.models.split(",") if m.strip()]
+        unknown = sorted(set(want) - {m.name for m in models})
+        if unknown:
+            ap.error(f"unknown model(s) {', '.join(unknown)} (models: {', '.join(m.name for m in models)})")
+        models = [m for m in models if m.name in want]
+    print(f"target {a.target}; eqsat options: {a.eqsat or 'defaults'}\n\n{HEADER}", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for m in models:
+            src = os.path.join(work, f"{m.name}.onnx")
+            onnx.save(m.build(), src)
+            b = run_one(src, "backtracking", a.target, work)
+            e = run_one(src, "eqsat", a.target, work, a.eqsat)
+            rows.append({"model": m.name, "backtracking": b, "eqsat": e})
+            print(format_row(m.name, b, e), flush=True)
+            os.unlink(src)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0 if all("error" not in r["backtracking"] and "error" not in r["eqsat"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
