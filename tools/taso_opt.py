@@ -727,8 +727,15 @@ def search_summary(rep: dict) -> str:
     fr = rep.get("functions", [])
     n = sum(x.get("rewrites_applied", 0) for x in fr)
     parts = [f"cost {rep['cost_before_ms']:.3g} -> {rep['cost_after_ms']:.3g} ms",
-             f"ops {rep['compute_ops_before']} -> {rep['compute_ops_after']}",
-             f"{n} rewrite{'' if n == 1 else 's'}"]
+             f"ops {rep['compute_ops_before']} -> {rep['compute_ops_after']}"]
+    eq = [x["eqsat"] for x in fr if x.get("eqsat") and (x.get("strategies") or {}).get("kept", "taso-eqsat-search")
+          == "taso-eqsat-search"]
+    if eq:  # (the extracted graph has no rewrite sequence: its size and the solver's gap say what it is)
+        gaps = [q["gap"] for q in eq if q.get("gap") is not None]
+        parts.append(f"eqsat {sum(q['enodes'] for q in eq)} e-nodes"
+                     + (f", gap {100 * max(gaps):.0f}%" if len(gaps) == len(eq) else ", no bound"))
+    else:
+        parts.append(f"{n} rewrite{'' if n == 1 else 's'}")
     for x in fr:
         lc = x.get("latency_check") or {}
         tried = {t["what"]: t for t in lc.get("tried", ())}
