@@ -3,7 +3,10 @@
 `taso` ops are lowered by their spec's ``to_onnx``; constants (``taso.weight`` and TASO's C_pool,
 I_conv, I_matmul, I_ewmul) become initializers (a weight keeps its name); generic ``onnx.<Op>``
 operations are written back as the nodes they were, attributes typed by the ONNX schema. The
-model keeps the recorded opsets, IR version and graph input/output names. Unused weights are dropped.
+model keeps the recorded opsets, IR version and graph input/output names, except an IR version newer
+than the pinned onnxruntime reads (onnx 1.23.2's ``make_model`` stamps 14, onnxruntime 1.31.1 reads 13):
+that one is lowered to the smallest the model needs (``onnx_common.loadable_ir_version``), or the
+export is a one-line error naming both numbers. Unused weights are dropped.
 Models over 2 GB are saved with ONNX external data (``save_onnx``).
 """
 
@@ -22,7 +25,8 @@ from .errors import TasoError, one_line
 from .mlir import ir
 from .ops import (max_materialize_bytes, dense_array, int_value, loc_name, named, pyval, str_list, str_value,
                   taso_attrs, type_shape)
-from .onnx_common import FUNCTIONS_ATTR, checker_stub, copy_fields, plain_raw_itemsize, read_opsets
+from .onnx_common import (FUNCTIONS_ATTR, checker_stub, copy_fields, loadable_ir_version, plain_raw_itemsize,
+                          read_opsets)
 from .specs import SpecError, spec
 from .types import onnx_dtype_of_mlir, parse_tensor_type
 
@@ -342,6 +346,7 @@ def export_onnx(module) -> onnx.ModelProto:
     with module.context:
         model = Exporter(funcs[0]).run()
         _add_functions(module, model)
+        model.ir_version = loadable_ir_version(model)
         check_exported(model)
         return model
 

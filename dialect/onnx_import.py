@@ -24,7 +24,7 @@ from onnx import numpy_helper
 
 from .errors import TasoError, one_line
 from .mlir import ir, onnx_importer
-from .onnx_common import FUNCTIONS_ATTR, checker_stub
+from .onnx_common import FUNCTIONS_ATTR, check_loadable, checker_stub
 from .ops import dense_attr
 from .types import DTYPE_TABLE, numpy_dtype, onnx_dtype_name
 
@@ -205,10 +205,15 @@ def import_onnx(
 
     With ``convert`` (the default) the result is in the `taso` dialect; otherwise it is the
     upstream importer's ``torch.operator "onnx.*"`` form with inline weights.
+
+    A model the pinned onnxruntime could not load (an opset newer than it loads) is refused first,
+    before any work (``onnx_common.check_loadable``, which says why a model stamped with a newer IR
+    version than onnxruntime reads is accepted, and written out at one it reads).
     """
     bad = _first_non_utf8(model)
     if bad:
         raise TasoError(f"{where}: {bad} is not UTF-8 text (a protobuf string must be)")
+    check_loadable(model, where)
     check_model(model, where)
     g = model.graph
     if len(g.output) == 0:
