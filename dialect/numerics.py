@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 
 from .errors import TasoError, one_line
+from .onnx_common import for_onnxruntime
 
 
 @dataclass
@@ -213,8 +214,13 @@ def _session(model, what: str):
     opts.log_severity_level = 4  # (failures are reported in one line of our own)
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
-        src = model if isinstance(model, (str, bytes)) else model.SerializeToString()
+        src, folder = for_onnxruntime(model, f"the {what} model")  # (an IR version onnxruntime reads)
+        if folder:
+            opts.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
+        src = src if isinstance(src, (str, bytes)) else src.SerializeToString()
         return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
+    except TasoError:
+        raise
     except Exception as e:
         raise TasoError(f"onnxruntime cannot load the {what} model: {one_line(e)}") from None
 
@@ -410,7 +416,7 @@ def _why_not_onnxruntime(e: Exception) -> str:
     import re
 
     op = re.search(r"Could not find an implementation for (\w+)\(", str(e))
-    return f"onnxruntime has no float64 {op.group(1)}" if op else f"onnxruntime: {one_line(e)[:200]}"
+    return f"onnxruntime has no float64 {op.group(1)}" if op else f"onnxruntime: {one_line(e, 200)}"
 
 
 def _reference_evaluator(m: onnx.ModelProto, names: list, feeds64: list, why_ort: str) -> tuple[list, str]:
@@ -420,7 +426,7 @@ def _reference_evaluator(m: onnx.ModelProto, names: list, feeds64: list, why_ort
         ev = ReferenceEvaluator(m)
         return [ev.run(names, f) for f in feeds64], "onnx.reference"
     except Exception as e:
-        raise TasoError(f"{why_ort}; onnx.reference: {one_line(e)[:200]}") from None
+        raise TasoError(f"{why_ort}; onnx.reference: {one_line(e, 200)}") from None
 
 
 def compare_models(a, b, trials: int = 2, seed: int = 0, bounds: Optional[dict] = None,

@@ -126,7 +126,7 @@ def test_profiles_differ():
 
 
 def test_bad_specs():
-    with pytest.raises(TasoError, match="valid: analytic"):
+    with pytest.raises(TasoError, match="valid: auto, analytic"):
         get_cost_model("roofline")
     with pytest.raises(TasoError, match="no device profile 'k80'.*t4"):
         get_cost_model("analytic:k80")

@@ -114,15 +114,10 @@ def test_ir14_opset17_model_round_trips_through_taso_search(tmp_path):
 
 def test_ir14_opset17_model_passes_the_default_numeric_check(tmp_path):
     """``taso-opt --taso-search`` with its default onnxruntime check, which runs the input from its
-    file: that needs ``numerics._session`` to hand onnxruntime ``onnx_common.for_onnxruntime(model)``
-    (an xfail until it does; any other failure fails)."""
+    file: ``numerics._session`` hands onnxruntime ``onnx_common.for_onnxruntime(model)``."""
     src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
     onnx.save(_two_branches(14, 17), src)
     p, _ = _taso_opt(src, "--taso-search", "-o", out)
-    if p.returncode and "onnxruntime cannot load the input model" in p.stderr \
-            and f"Unsupported model IR version: 14, max supported IR version: {ORT_MAX_IR_VERSION}" in p.stderr:
-        pytest.xfail("numerics._session loads the input file as it is (IR version 14): it needs "
-                     "onnx_common.for_onnxruntime")
     assert p.returncode == 0, p.stderr
     assert "numerics:" in p.stderr and onnx.load(out).ir_version <= ORT_MAX_IR_VERSION
 
