@@ -156,8 +156,9 @@ class EGraph:
         cycle filtering), until there is none: every choice extraction can then make is acyclic.
         Returns the number of e-nodes blocked."""
         n_blocked = 0
+        done: set = set()  # classes from which no cycle is reachable (blocking only removes edges: they stay so)
         while True:
-            cycle = self._cycle()
+            cycle = self._cycle(done)
             if not cycle:
                 return n_blocked
             self.blocked.add(max(cycle, key=lambda n: self.age.get(n, 0)))
@@ -166,9 +167,10 @@ class EGraph:
     def _edges(self, c: int) -> list:
         return [(n, self.find(k)) for n in sorted(self.members[c], key=repr) if n not in self.blocked for k in n[2]]
 
-    def _cycle(self) -> list:
-        """The e-nodes of one cycle (each leads from its class to the next one's), or []."""
-        color: dict = {}  # class -> 1 on the stack, 2 done
+    def _cycle(self, done: Optional[set] = None) -> list:
+        """The e-nodes of one cycle (each leads from its class to the next one's), or []. ``done``: classes
+        known to reach no cycle, skipped, and added to as more are found."""
+        color: dict = dict.fromkeys(done, 2) if done is not None else {}  # class -> 1 on the stack, 2 done
         for start in self.classes():
             if start in color:
                 continue
@@ -180,6 +182,8 @@ class EGraph:
                 c, edges, i = frame
                 if i == len(edges):
                     color[c] = 2
+                    if done is not None:
+                        done.add(c)
                     stack.pop()
                     if via:
                         via.pop()
