@@ -356,6 +356,16 @@ def format_report(rep: dict) -> str:
             done = [f"{n} {what.get(arg, {}).get(k, k)}" for k, n in counts.items() if n]
             if done:
                 L.append(f"    {arg}: " + ", ".join(done))
+        q = fr.get("eqsat")
+        if q:
+            bound = "no bound" if q.get("bound_ms") is None else f"bound {q['bound_ms']:.4g} ms, gap {100 * q['gap']:.1f}%"
+            L.append(f"    eqsat: {q['enodes']} e-nodes in {q['eclasses']} e-classes after {q['iterations']} rounds (stopped: "
+                     f"{q['stop']}), {q['blocked']} e-nodes blocked on cycles; extraction {q['extraction']} "
+                     f"({q['status']}): {q['cost_ms']:.4g} ms, {bound}")
+        if fr.get("strategies"):
+            st_ = fr["strategies"]
+            L.append("    strategies: " + ", ".join(f"{k} {v:.4g} ms" for k, v in st_.items() if k != "kept")
+                     + f"; kept: {st_['kept']}")
         if fr.get("search_result_dropped"):
             d = fr["search_result_dropped"]
             L.append(f"    the search's result ({d['rewrites']} rewrites) cost {d['cost_ms']:.4g} ms as written, more than "

@@ -86,6 +86,12 @@ def test_backtracking_wins_where_merges_chain_and_best_keeps_the_cheaper(tmp_pat
 def test_strategy_best_takes_eqsat_where_it_is_cheaper(tmp_path):
     best = _search(tmp_path, "fire_merge", "strategy=best alpha=1.0")
     assert best["strategies"]["kept"] == "taso-eqsat-search"
+    from taso_mlir.passes.search.taso_search import format_report
+
+    text = format_report({"target": "analytic:t4", "costs": "estimated", "rules": 1, "measured": False,
+                          "options": {"alpha": 1.0, "budget": 100}, "functions": [best], "time_s": 1.0})
+    assert "eqsat: " in text and "extraction ilp (Optimal)" in text and "gap 0.0%" in text
+    assert "strategies: taso-backtracking-search" in text and "kept: taso-eqsat-search" in text
     assert best["strategies"]["taso-eqsat-search"] < best["strategies"]["taso-backtracking-search"]
     assert best["cost_after_ms"] == pytest.approx(best["strategies"]["taso-eqsat-search"])
 
