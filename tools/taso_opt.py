@@ -804,7 +804,6 @@ def _check_importer_form(module, pipeline: str, name: str) -> None:
     a one-line error saying to convert first. The pipeline runs as written (as mlir-opt's does): the
     conversion is not inserted behind the user's back."""
     from taso_mlir.dialect.errors import TasoError
-    from taso_mlir.dialect.mlir import ir
     from taso_mlir.passes.registry import REGISTRY, parse_element, split_top_level
 
     first = None
@@ -817,16 +816,7 @@ def _check_importer_form(module, pipeline: str, name: str) -> None:
             break
     if first is None:
         return
-    found = []
-
-    def visit(op):
-        if op.name == "torch.operator":
-            found.append(op)
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    if found:
+    if _first_op(module, lambda op: op.name == "torch.operator") is not None:
         raise TasoError(f"{name}: the input is the ONNX importer's form (torch.operator \"onnx.*\" ops): add "
                         f"--convert-onnx-to-taso before --{first} (or give taso-opt the .onnx model itself)")
 
@@ -871,24 +861,31 @@ def _dynamic_inputs_note(module) -> Optional[str]:
 def _check_unregistered(module, allowed: bool) -> None:
     """Only onnx.* (and the importer's torch.*) may be unregistered unless the flag says otherwise."""
     from taso_mlir.dialect.errors import TasoError
-    from taso_mlir.dialect.mlir import ir
 
     if allowed:
         return
-    bad = []
+    bad = _first_op(module, lambda op: op.name.split(".", 1)[0] not in ("onnx", "taso", "torch", "builtin", "func")
+                    and not op.context.is_registered_operation(op.name))
+    if bad is not None:
+        raise TasoError(f"{bad.location}: unregistered operation '{bad.name}' (pass --allow-unregistered-dialect "
+                        f"to allow it)")
+
+
+def _first_op(module, pred):
+    """The first op of the module, in walk order, for which ``pred(op)`` holds, or None. (An exception cannot
+    cross MLIR's walk callback: the walk only finds the op, the caller acts on it.)"""
+    from taso_mlir.dialect.mlir import ir
+
+    found = []
 
     def visit(op):
-        name = op.name
-        dialect = name.split(".", 1)[0]
-        if dialect not in ("onnx", "taso", "torch", "builtin", "func") and not op.context.is_registered_operation(name):
-            bad.append((name, str(op.location)))
+        if pred(op):
+            found.append(op)
             return ir.WalkResult.INTERRUPT
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
-    if bad:
-        raise TasoError(f"{bad[0][1]}: unregistered operation '{bad[0][0]}' (pass --allow-unregistered-dialect "
-                        f"to allow it)")
+    return found[0] if found else None
 
 
 def _write_text(path: str, text: str) -> None:
