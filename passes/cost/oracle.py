@@ -651,7 +651,7 @@ def get_cost_model(spec: str = "analytic") -> CostModel:
                             f"(valid: {valid})")
         return CpuMeasured(threads=int(n))
     if s == "cuda" or s.startswith("cuda:"):
-        raise TasoError(f"cost model '{spec}' is not available yet: the CUDA-measured backend is a separate issue; "
+        raise TasoError(f"cost model '{spec}' is not available yet: no CUDA-measured oracle is built; "
                         "use analytic:<gpu> (t4, v100, a100, h100) or cpu")
     raise TasoError(f"unknown cost model '{spec}' (valid: {valid})")
 
