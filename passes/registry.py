@@ -151,12 +151,18 @@ def search_options() -> tuple:
             (lambda v: 1 <= v <= 100, "between 1 and 100")),
         PassOption("eqsat-nodes", int, 20000, "eqsat: e-nodes at most (saturation stops there)",
             (lambda v: v >= 10, "at least 10")),
-        PassOption("eqsat-time", float, 10.0, "eqsat: seconds of saturation at most",
+        PassOption("eqsat-time", float, 10.0, "eqsat: seconds for saturation and restarts (an extraction "
+            "begun within them may take eqsat-ilp-time more)",
             (lambda v: v > 0, "positive")),
         PassOption("eqsat-k-multi", int, 1, "eqsat: rounds in which rewrites of several outputs (merges) match",
             (lambda v: 0 <= v <= 100, "between 0 and 100")),
         PassOption("eqsat-ilp-time", float, 10.0, "eqsat: seconds for the extraction's integer program",
             (lambda v: v > 0, "positive")),
+        PassOption("eqsat-chains", bool, True, "eqsat: extend each merge of two siblings by the next sibling, "
+            "and so on (a merge of k siblings in one e-graph, where TASO's two-op merge rules need k - 1 rounds)"),
+        PassOption("eqsat-restarts", int, 8, "eqsat: times the e-graph is built again from the extracted graph "
+            "and saturated again while the cost drops and eqsat-time lasts (0: one saturation, TENSAT's)",
+            (lambda v: 0 <= v <= 100, "between 0 and 100")),
     )
 
 

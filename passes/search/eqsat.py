@@ -41,6 +41,7 @@ class Limits:
     nodes: int = 20000  # e-nodes (TENSAT: 50,000)
     time_s: float = 10.0  # seconds of saturation
     k_multi: int = 1  # rounds in which multi-output rewrites match (TENSAT's k_multi)
+    chains: bool = True  # extend each merge of two siblings by the next ones (``_extend_chains``)
     matches_per_rewrite: int = 2000  # matches of one rewrite applied per round
 
 
@@ -50,6 +51,7 @@ class Stats:
     stop: str = ""  # why saturation stopped: saturated | iterations | nodes | time
     matches: int = 0  # matches found
     applied: int = 0  # of those, passing the site check and changing the e-graph
+    fused: int = 0  # split and concat trees made one op (``fuse_trees``) where that changed the e-graph
     rejected: dict = field(default_factory=lambda: defaultdict(int))
     time_s: float = 0.0
 
@@ -265,29 +267,52 @@ def from_graph(g: T.TGraph) -> tuple[EGraph, dict]:
     return eg, cls
 
 
-def _ops_of_class(eg: EGraph, c: int, kind: str, j: int):
-    for n in eg.members.get(eg.find(c), ()):
-        if n[0] == kind and n[3] == j:
-            yield n[:3]
+class Index:
+    """A snapshot of the e-graph that one round matches against (egg's read phase: every rewrite's
+    matches are found before any is applied): the op keys by kind, by the class and result index of
+    what they compute, and by an operand class (to join a pattern's several roots through a variable
+    they share: the siblings a merge rewrite matches are users of one class)."""
+
+    def __init__(self, eg: EGraph):
+        self.by_kind: dict = defaultdict(dict)  # kind -> op keys (dicts as ordered sets: deterministic)
+        self.of_class: dict = defaultdict(list)  # (class, kind, result index) -> op keys
+        self.users: dict = defaultdict(dict)  # (operand class, kind) -> op keys
+        for n, c in eg.memo.items():
+            kind = n[0]
+            if kind not in specs.SPECS:
+                continue
+            n = eg.canon(n)
+            op = n[:3]
+            self.of_class[(eg.find(c), kind, n[3])].append(op)
+            if n[3] == 0:
+                self.by_kind[kind][op] = None
+                for k in op[2]:
+                    self.users[(k, kind)][op] = None
 
 
 class Matcher:
     """The matches of one rewrite's source in the e-graph: a backtracking join from the source's root ops
-    (those no other source op reads) down to their producers, ops of disconnected components joined
-    through the variables they share."""
+    (those no other source op reads) down to their producers; a root after the first is looked for
+    among the users of a variable bound before it where it reads one, else among all ops of its kind."""
 
     def __init__(self, rw: RB.Rewrite):
         self.rw = rw
         src = rw.src
-        read = {G.parse_ref(r)[0] for op in src.ops for r in op.operands if G.parse_ref(r) is not None}
+        self.refs = [[G.parse_ref(r) for r in op.operands] for op in src.ops]
+        read = {pr[0] for refs in self.refs for pr in refs if pr is not None}
         self.roots = [k for k in range(len(src.ops)) if k not in read]
+        #: per root: its operands that are variables (where one is bound, its users are the candidates)
+        self.root_vars = {k: [r for r, pr in zip(src.ops[k].operands, self.refs[k]) if pr is None] for k in self.roots}
 
-    def matches(self, eg: EGraph, by_kind: dict, cap: int, near: Optional[dict] = None,
-                deadline: float = math.inf):
+    def matches(self, eg: EGraph, idx: Index, cap: int, near: Optional[dict] = None,
+                deadline: float = math.inf, first: Optional[dict] = None):
         """``near``: where given, the candidates of the (single) root op, by kind: the matches found are
-        those rooted there (the others were found before)."""
+        those rooted there (the others were found before). ``first``: the candidates of the first root
+        op, by kind, whatever the number of roots."""
         src = self.rw.src
-        first = near if (near is not None and len(self.roots) == 1) else by_kind
+        refs = self.refs
+        if first is None:
+            first = near if (near is not None and len(self.roots) == 1) else idx.by_kind
         out = []
 
         def bind_op(k, op, ops, b, then):
@@ -297,7 +322,7 @@ class Matcher:
                     return
                 then(ops, b)
                 return
-            if any(o == op for o in ops if o is not None):
+            if op in ops:
                 return  # (two source ops are two ops)
             rop = src.ops[k]
             if eg.nres.get(op, 1) != rop.num_results or len(op[2]) != len(rop.operands):
@@ -307,7 +332,7 @@ class Matcher:
             for kids in RB.operand_orders(rop.name, op[2]):
                 ops2 = list(ops)
                 ops2[k] = op
-                operand(k, 0, kids, ops2, dict(b), then)
+                operand(k, 0, kids, ops2, b, then)
 
         steps = [0]
 
@@ -321,17 +346,21 @@ class Matcher:
             if p == len(rop.operands):
                 then(ops, b)
                 return
-            ref, c = rop.operands[p], eg.find(kids[p])
-            pr = G.parse_ref(ref)
+            c = eg.find(kids[p])
+            pr = refs[k][p]
             if pr is None:
-                if ref in b and b[ref] != c:
+                ref = rop.operands[p]
+                have = b.get(ref)
+                if have is not None:
+                    if have == c:
+                        operand(k, p + 1, kids, ops, b, then)
                     return
                 b2 = dict(b)
                 b2[ref] = c
                 operand(k, p + 1, kids, ops, b2, then)
                 return
             m, j = pr
-            for op in list(_ops_of_class(eg, c, src.ops[m].name, j)):
+            for op in idx.of_class.get((c, src.ops[m].name, j), ()):
                 bind_op(m, op, ops, b, lambda ops2, b2: operand(k, p + 1, kids, ops2, b2, then))
 
         def root(i, ops, b):
@@ -341,7 +370,16 @@ class Matcher:
                 out.append((tuple(ops), dict(b)))
                 return
             k = self.roots[i]
-            for op in (first if i == 0 else by_kind).get(src.ops[k].name, ()):
+            kind = src.ops[k].name
+            cands = None
+            if i > 0:
+                for v in self.root_vars[k]:
+                    if v in b:
+                        cands = idx.users.get((b[v], kind), ())
+                        break
+            if cands is None:
+                cands = (first if i == 0 else idx.by_kind).get(kind, ())
+            for op in cands:
                 bind_op(k, op, ops, b, lambda ops2, b2: root(i + 1, ops2, b2))
 
         try:
@@ -374,36 +412,49 @@ def saturate(eg: EGraph, rewrites: list, limits: Limits, log=None) -> Stats:
     depth = max((len(rw.src.ops) for rw in rewrites), default=1)
     eg.take_dirty()
     for it in range(limits.iterations):
-        by_kind: dict = defaultdict(dict)  # kind -> op keys (ordered: deterministic)
-        for n in eg.memo:
-            if n[0] in specs.SPECS:
-                by_kind[n[0]][eg.canon(n)[:3]] = None
-        present = set(by_kind)
+        idx = Index(eg)
+        old = len(eg.parent)
+        present = set(idx.by_kind)
         near = None
         if it > 0:  # a new match has an op within ``depth`` above a class made or merged since
             near = _near(eg, eg.take_dirty(), depth)
         else:
             eg.take_dirty()
-        changed = False
-        for rw, m in matchers:
+        found_all = []
+        for rw, m in matchers:  # read: every rewrite's matches in the e-graph as the round began
             if len(rw.src.outputs) > 1 and it >= limits.k_multi:
                 continue
             if not RB.kinds_ok(rw, present):
                 continue
-            found = m.matches(eg, by_kind, limits.matches_per_rewrite, near, t0 + limits.time_s)
+            found = m.matches(eg, idx, limits.matches_per_rewrite, near, t0 + limits.time_s)
             st.matches += len(found)
-            for ops, b in found:
+            found_all.append((rw, m, found))
+            if time.monotonic() - t0 > limits.time_s:
+                break
+        changed = False
+        chains: list = []  # (matcher, the merged op, the id of the last sibling in it)
+        for rw, m, found in found_all:  # write: apply them
+            starts = _chain_starts(eg, m, found) if limits.chains and len(m.roots) == 2 else {}
+            for i, (ops, b) in enumerate(found):
                 key = (rw.id, tuple(eg.canon(op + (0,)) for op in ops),
                        tuple(sorted((v, eg.find(c)) for v, c in b.items())))
                 if key in seen:
                     continue
                 seen.add(key)
-                if _apply(eg, view, rw, list(ops), b, st):
+                made: Optional[list] = [] if i in starts else None
+                if _apply(eg, view, rw, list(ops), b, st, made):
                     changed = True
+                    merged = _merged_op(m, made)
+                    if merged is not None:
+                        chains.append((m, merged, starts[i]))
                 if eg.num_nodes() >= limits.nodes:
                     break
             if eg.num_nodes() >= limits.nodes or time.monotonic() - t0 > limits.time_s:
                 break
+        if chains and _extend_chains(eg, view, chains, st, limits, t0 + limits.time_s, old):
+            changed = True
+        if eg.num_nodes() < limits.nodes and fuse_trees(eg, idx, st):
+            changed = True
         eg.rebuild()
         st.iterations = it + 1
         if log:
@@ -421,6 +472,112 @@ def saturate(eg: EGraph, rewrites: list, limits: Limits, log=None) -> Stats:
         st.stop = "iterations"
     st.time_s = time.monotonic() - t0
     return st
+
+
+def _oid(eg: EGraph, op: tuple) -> int:
+    """An op's order among siblings: the class of its first result."""
+    c = eg.result_class(op, 0)
+    return -1 if c is None else c
+
+
+def _chain_starts(eg: EGraph, m: Matcher, found: list) -> dict:
+    """The matches of a two-root rewrite (a merge of two siblings) that start a chain: per first op a,
+    the match with the next sibling after it (the smallest order above a's). Index -> that sibling's order."""
+    r0, r1 = m.roots
+    best: dict = {}
+    for i, (ops, _b) in enumerate(found):
+        ia, ic = _oid(eg, ops[r0]), _oid(eg, ops[r1])
+        if ic > ia and (ops[r0] not in best or ic < best[ops[r0]][0]):
+            best[ops[r0]] = (ic, i)
+    return {i: ic for ic, i in best.values()}
+
+
+def _merged_op(m: Matcher, made: Optional[list]) -> Optional[tuple]:
+    """Of the ops a merge rewrite made, the one of the first root's kind (the merged op)."""
+    kind = m.rw.src.ops[m.roots[0]].name
+    return next((op for op in made or () if op[0] == kind), None)
+
+
+def _extend_chains(eg: EGraph, view: "EView", chains: list, st: Stats, limits: Limits, deadline: float,
+                   old: int) -> bool:
+    """Extend each merge of two siblings by the next sibling, and that merge by the next, until none is
+    left: the same rewrite applied again (with its site check) to the merged op and a sibling. TASO's
+    merge rules take two ops, so a merge of k siblings needs k - 1 applications in a row, and an e-graph
+    holds it only after k - 1 rounds of multi-output rewrites (each of which pairs everything with
+    everything: TENSAT's k_multi limit). One chain per sibling, in one order, grows the e-graph by about
+    k per sibling instead. Siblings are ops of classes below ``old`` (made before the round). Returns
+    whether the e-graph changed."""
+    changed = False
+    while chains and eg.num_nodes() < limits.nodes and time.monotonic() < deadline:
+        idx = Index(eg)
+        nxt = []
+        for m, op, top in chains:
+            r0, r1 = m.roots
+            opc = eg.canon(op + (0,))[:3]
+            found = m.matches(eg, idx, limits.matches_per_rewrite, deadline=deadline, first={op[0]: {opc: None}})
+            cands = [(_oid(eg, ops[r1]), i) for i, (ops, _b) in enumerate(found) if ops[r0] == opc]
+            cands = [ci for ci in cands if top < ci[0] < old]
+            if not cands:
+                continue
+            ic, i = min(cands)
+            ops, b = found[i]
+            made: list = []
+            if _apply(eg, view, m.rw, list(ops), b, st, made):
+                changed = True
+                merged = _merged_op(m, made)
+                if merged is not None:
+                    nxt.append((m, merged, ic))
+            if eg.num_nodes() >= limits.nodes:
+                break
+        chains = nxt
+    return changed
+
+
+def fuse_trees(eg: EGraph, idx: Index, st: Stats) -> bool:
+    """Add the exact identities of the cleanup passes ``taso-fuse-split-trees`` and
+    ``taso-fuse-concat-trees`` for the round's splits and concats: a split of a piece of a split on the
+    same axis is one split into the finer pieces, a concat of a concat on the same axis one concat of
+    all the pieces (at most ``specs.MAX_ARITY``). TASO's rules split and concat in two, so a merge of k
+    siblings is a tree of k - 1 splits; that tree written as one split is what the function pays for
+    after cleanup, and what extraction can now choose. Returns whether the e-graph changed."""
+    changed = False
+    for op in idx.by_kind.get("split", ()):
+        attrs = dict(op[1])
+        src = eg.find(op[2][0])
+        outs = [eg.result_class(op, j) for j in range(eg.nres.get(op, 1))]
+        for n in list(eg.members.get(src, ())):
+            if n[0] != "split" or len(n[2]) != 1 or dict(n[1]).get("axis") != attrs["axis"]:
+                continue
+            parent, i = n[:3], n[3]
+            psizes = dict(parent[1])["sizes"]
+            if len(psizes) - 1 + len(outs) > specs.MAX_ARITY:
+                continue
+            pouts = [eg.result_class(parent, j) for j in range(len(psizes))]
+            classes = pouts[:i] + outs + pouts[i + 1:]
+            if any(c is None for c in classes):
+                continue
+            sizes = tuple(psizes[:i]) + tuple(attrs["sizes"]) + tuple(psizes[i + 1:])
+            made = eg.add_op("split", T.attrs_tuple({"axis": attrs["axis"], "sizes": sizes}), parent[2],
+                             [eg.shape[c] for c in classes], eg.dtype[src])
+            if any(eg.union(a, b) for a, b in zip(classes, made)):
+                changed = True
+                st.fused += 1
+    for op in idx.by_kind.get("concat", ()):
+        axis = dict(op[1]).get("axis")
+        out = eg.result_class(op, 0)
+        kids = [eg.find(k) for k in op[2]]
+        for p, k in enumerate(kids):
+            for n in list(eg.members.get(k, ())):
+                if n[0] != "concat" or n[3] != 0 or dict(n[1]).get("axis") != axis:
+                    continue
+                pieces = kids[:p] + [eg.find(x) for x in n[2]] + kids[p + 1:]
+                if len(pieces) > specs.MAX_ARITY or out is None:
+                    continue
+                made = eg.add_op("concat", op[1], tuple(pieces), [eg.shape[eg.find(out)]], eg.dtype[eg.find(out)])
+                if eg.union(out, made[0]):
+                    changed = True
+                    st.fused += 1
+    return changed
 
 
 #: the site check and the target's attributes by what they read: the rewrite, the bound values' shapes and
@@ -450,7 +607,8 @@ def _near(eg: EGraph, dirty: set, depth: int) -> dict:
     return near
 
 
-def _apply(eg: EGraph, view: EView, rw: RB.Rewrite, ops: list, b: dict, st: Stats) -> bool:
+def _apply(eg: EGraph, view: EView, rw: RB.Rewrite, ops: list, b: dict, st: Stats,
+           made_ops: Optional[list] = None) -> bool:
     key = (rw.memo_key, tuple((v, eg.shape[eg.find(c)], eg.dtype[eg.find(c)]) for v, c in b.items()),
            tuple((op[1], tuple(eg.shape[view.result(op, j)] for j in range(view.num_results(op)))) for op in ops))
     memo = _LOCAL.get(key)
@@ -475,6 +633,8 @@ def _apply(eg: EGraph, view: EView, rw: RB.Rewrite, ops: list, b: dict, st: Stat
             pr = G.parse_ref(ref)
             kids.append(b[ref] if pr is None else made[pr[0]][pr[1]])
         made.append(eg.add_op(dop.name, T.attrs_tuple(full), tuple(kids), [tuple(s) for s in outs], dtype))
+        if made_ops is not None:
+            made_ops.append((dop.name, T.attrs_tuple(full), tuple(kids)))
     changed = False
     for rs, rd in zip(rw.src.outputs, rw.dst.outputs):
         k, j = G.parse_ref(rs)

@@ -40,6 +40,7 @@ class Extraction:
     solve_s: float = 0.0
     cuts: int = 0  # cycle constraints added
     info: dict = field(default_factory=dict)
+    input_cost: float = math.inf  # the input graph's cost, priced the same way
 
     @property
     def gap(self) -> Optional[float]:
@@ -304,19 +305,22 @@ def extract(eg: EGraph, costs: Costs, roots: list, input_choice: dict, time_limi
     """The ILP's choice; where it finds none in time, the greedy one where acyclic; else the input's
     (``input_choice``: class -> the input graph's e-nodes in it)."""
     t0 = time.monotonic()
+    inp, inp_order = walk(eg, roots, lambda c: input_choice.get(eg.find(c), []))
+    inp_cost = total(costs, inp_order) if inp is not None else math.inf
     g = greedy(eg, costs, roots)
-    start = None
+    start, start_cost = None, math.inf
     if g is not None:
         choice, order = walk(eg, roots, lambda c: [g[eg.find(c)]] if eg.find(c) in g else [])
         if choice is not None:
-            start = choice
+            start, start_cost = choice, total(costs, order)
+    if inp is not None and inp_cost <= start_cost:  # (the input is the better start)
+        start, start_cost = inp, inp_cost
     res = ilp(eg, costs, roots, start, time_limit)
-    if res is not None:
-        return res
-    if start is not None:
+    if res is None and start is not None:
         choice, order = walk(eg, roots, lambda c: [start[eg.find(c)]])
-        return Extraction(choice, order, total(costs, order), "greedy", None, "ilp found no solution in time",
-                          time.monotonic() - t0)
-    choice, order = walk(eg, roots, lambda c: input_choice.get(eg.find(c), []))
-    return Extraction(choice, order, total(costs, order), "input", None, "no acyclic extraction found",
-                      time.monotonic() - t0)
+        res = Extraction(choice, order, total(costs, order), "greedy" if start is not inp else "input", None,
+                         "ilp found no solution in time", time.monotonic() - t0)
+    if res is None:
+        res = Extraction(inp, inp_order, inp_cost, "input", None, "no acyclic extraction found", time.monotonic() - t0)
+    res.input_cost = inp_cost
+    return res

@@ -70,17 +70,39 @@ def test_eqsat_finds_what_a_greedy_backtracking_search_does_not(tmp_path):
     _same_numbers(tmp_path, eq["src"], eq["out"])
 
 
-def test_backtracking_wins_where_merges_chain_and_best_keeps_the_cheaper(tmp_path):
-    """@merge_four_matmuls: merging four matmuls takes three merges in a row; eqsat matches rewrites of
-    several outputs only in its first round (k_multi 1, as TENSAT), so it merges pairs only, while the
-    backtracking search chains them. strategy=best keeps the cheaper, and says which."""
+def test_merge_chains_reach_what_backtracking_does_and_best_keeps_the_cheaper(tmp_path):
+    """@merge_four_matmuls: merging four matmuls takes three merges in a row. TENSAT's eqsat (rewrites of
+    several outputs in its first round only, k_multi 1; no chains, no restarts) merges pairs only, and
+    the backtracking search, which chains them, wins; strategy=best keeps the cheaper and says which.
+    With merge chains (the default) one e-graph holds the merge of all four, and eqsat equals
+    backtracking."""
     bt = _search(tmp_path, "merge_four_matmuls", "strategy=backtracking")
-    eq = _search(tmp_path, "merge_four_matmuls", "strategy=eqsat")
-    best = _search(tmp_path, "merge_four_matmuls", "strategy=best")
-    assert bt["cost_after_ms"] < eq["cost_after_ms"] < eq["cost_before_ms"]
-    assert best["cost_after_ms"] == min(bt["cost_after_ms"], eq["cost_after_ms"])
+    tensat = _search(tmp_path, "merge_four_matmuls", "strategy=eqsat eqsat-chains=false eqsat-restarts=0")
+    eq = _search(tmp_path, "merge_four_matmuls", "strategy=eqsat eqsat-restarts=0")
+    best = _search(tmp_path, "merge_four_matmuls", "strategy=best eqsat-chains=false eqsat-restarts=0")
+    assert bt["cost_after_ms"] < tensat["cost_after_ms"] < tensat["cost_before_ms"]
+    assert eq["cost_after_ms"] == pytest.approx(bt["cost_after_ms"], rel=1e-9)
+    assert eq["eqsat"]["status"] == "Optimal" and len(eq["eqsat"]["round_costs"]) == 1
+    assert eq["eqsat"]["fused"] > 0  # (the chain's tree of splits as one split: what cleanup writes)
+    assert best["cost_after_ms"] == min(bt["cost_after_ms"], tensat["cost_after_ms"])
     assert best["strategies"]["kept"] == "taso-backtracking-search"
     _same_numbers(tmp_path, best["src"], best["out"])
+    _same_numbers(tmp_path, eq["src"], eq["out"])
+
+
+def test_restarts_extend_merges_one_level_a_round(tmp_path):
+    """Without chains, each restart builds an e-graph from the graph the last one extracted, whose
+    merged pairs the first round can merge again: the cost falls round by round (never rises) to
+    backtracking's on @merge_four_matmuls."""
+    bt = _search(tmp_path, "merge_four_matmuls", "strategy=backtracking")
+    eq = _search(tmp_path, "merge_four_matmuls", "strategy=eqsat eqsat-chains=false eqsat-restarts=4")
+    rounds = eq["eqsat"]["round_costs"]
+    assert len(rounds) >= 2
+    assert all(r["cost_ms"] <= r["input_cost_ms"] for r in rounds)
+    assert rounds[1]["cost_ms"] < rounds[0]["cost_ms"]
+    assert all(a["cost_ms"] == b["input_cost_ms"] for a, b in zip(rounds, rounds[1:]))
+    assert eq["cost_after_ms"] == pytest.approx(bt["cost_after_ms"], rel=1e-9)
+    _same_numbers(tmp_path, eq["src"], eq["out"])
 
 
 def test_strategy_best_takes_eqsat_where_it_is_cheaper(tmp_path):
@@ -103,7 +125,9 @@ def test_eqsat_is_deterministic(tmp_path):
         r = _search(tmp_path / seed if (tmp_path / seed).mkdir() is None else tmp_path, "shared_weight_concat",
                     "strategy=eqsat", env=env)
         outs.append(r["out"].read_bytes())
-        r["eqsat"].pop("time_s"), r["eqsat"].pop("saturation_s"), r["eqsat"].pop("solve_s")
+        for d in [r["eqsat"]] + r["eqsat"]["round_costs"]:
+            for k in ("time_s", "saturation_s", "solve_s"):
+                d.pop(k, None)
         outs.append(json.dumps(r["eqsat"], sort_keys=True))
     assert outs[0] == outs[2] and outs[1] == outs[3]
 
