@@ -278,8 +278,10 @@ def _pair_key_job(args):
     return pair_key(a, b, classes)
 
 
-def find_candidates(members: list, cfg: Config, n_graphs: int, log=print, jobs: int = 1) -> tuple[list[Candidate], dict]:
-    counts = {"graphs": n_graphs}
+def group_pairs(members: list, cfg: Config) -> tuple[list[Candidate], int, int]:
+    """Stages 2-4 (candidates, common-subgraph and transitivity pruning) over ``members``: [(fingerprint,
+    Member)] holding every graph of each fingerprint class they touch (any set of whole classes: the
+    classes are independent). Returns the pairs in fingerprint order and the counts of stages 2 and 3."""
     groups: dict[int, list] = {}
     for fp, m in sorted(members, key=lambda x: (x[0], x[1].graph.text())):
         groups.setdefault(fp, []).append(m)
@@ -326,38 +328,79 @@ def find_candidates(members: list, cfg: Config, n_graphs: int, log=print, jobs: 
             pos = {h: k for k, h in enumerate(b.sink_hashes)}  # order b's outputs like a's
             gb = G.Graph(b.graph.ops, tuple(b.graph.outputs[pos[h]] for h in a.sink_hashes))
             pairs.append(Candidate(a.graph, gb, fp))
+    return pairs, n_cand, n_common
+
+
+def renaming_keys(pairs: list, cfg: Config, jobs: int = 1) -> list:
+    """``pair_key`` of each pair (stage 5's keys; each pair's key on its own, so any split of the list
+    gives the same keys)."""
+    classes = {s.name: (s.shape, s.kind) for s in cfg.inputs}
+    work = [(c.a, c.b, classes) for c in pairs]
+    if jobs > 1 and len(work) > 1000:
+        import multiprocessing as mp
+        with mp.get_context("fork").Pool(jobs) as pool:
+            return pool.map(_pair_key_job, work, chunksize=256)
+    return [_pair_key_job(w) for w in work]
+
+
+def drop_renamings(pairs: list, keys: list) -> list:
+    """Stage 5: the first pair of each key, in the pairs' order."""
+    seen = set()
+    kept = []
+    for c, k in zip(pairs, keys):
+        if k in seen:
+            continue
+        seen.add(k)
+        kept.append(c)
+    return kept
+
+
+def float_draws(cfg: Config) -> int:
+    """The random numbers one floating-point test draws at the generator's shapes (where both sides
+    type-check): one per element of every input."""
+    return sum(int(np.prod(s.shape, dtype=np.int64)) for s in cfg.inputs)
+
+
+def float_rng(cfg: Config, start: int = 0) -> np.random.Generator:
+    """The floating-point test's generator as it stands before candidate number ``start`` (where every
+    earlier candidate type-checked, and so drew ``float_draws``): the test of any slice of the
+    candidates gives what the test of all of them in order gives (``float_stage``)."""
+    rng = np.random.default_rng(cfg.seed + 1)
+    if start:
+        rng.bit_generator.advance(start * float_draws(cfg))
+    return rng
+
+
+def float_stage(cands: list, cfg: Config, rng: np.random.Generator) -> tuple[list[bool], list[str], bool]:
+    """Stage 6 over ``cands`` in order: whether each passes, the messages for those rejected, and
+    whether every test drew ``float_draws`` (both sides type-checked: what ``float_rng`` assumes)."""
+    inputs = {s.name: (s.shape, s.kind) for s in cfg.inputs}
+    shapes = variant_shapes(inputs, {})
+    flags, msgs, regular = [], [], True
+    for c in cands:
+        ok, why = float_test(c.a, c.b, inputs, shapes, rng)
+        flags.append(bool(ok))
+        if not ok:
+            msgs.append(f"  float test rejects {c.a.text()}  <=>  {c.b.text()}: {why}")
+            regular = regular and why.startswith(("values differ", "output shapes differ"))
+    return flags, msgs, regular
+
+
+def find_candidates(members: list, cfg: Config, n_graphs: int, log=print, jobs: int = 1) -> tuple[list[Candidate], dict]:
+    counts = {"graphs": n_graphs}
+    pairs, n_cand, n_common = group_pairs(members, cfg)
     counts["candidates"] = n_cand
     counts["after_common_subgraph"] = n_common
     counts["after_transitivity"] = len(pairs)
     log(f"  {n_cand} candidate pairs, {n_common} after common-subgraph pruning, "
         f"{len(pairs)} after transitivity pruning")
-
-    seen = set()
-    kept = []
-    work = [(c.a, c.b, classes) for c in pairs]
-    if jobs > 1 and len(work) > 1000:
-        import multiprocessing as mp
-        with mp.get_context("fork").Pool(jobs) as pool:
-            pkeys = pool.map(_pair_key_job, work, chunksize=256)
-    else:
-        pkeys = [_pair_key_job(w) for w in work]
-    for c, k in zip(pairs, pkeys):
-        if k in seen:
-            continue
-        seen.add(k)
-        kept.append(c)
+    kept = drop_renamings(pairs, renaming_keys(pairs, cfg, jobs))
     counts["after_renaming"] = len(kept)
     log(f"  {len(kept)} after input-renaming pruning")
-
-    inputs = {s.name: (s.shape, s.kind) for s in cfg.inputs}
-    rng = np.random.default_rng(cfg.seed + 1)
-    passed = []
-    for c in kept:
-        ok, why = float_test(c.a, c.b, inputs, variant_shapes(inputs, {}), rng)
-        if ok:
-            passed.append(c)
-        else:
-            log(f"  float test rejects {c.a.text()}  <=>  {c.b.text()}: {why}")
+    flags, msgs, _ = float_stage(kept, cfg, float_rng(cfg))
+    for m in msgs:
+        log(m)
+    passed = [c for c, ok in zip(kept, flags) if ok]
     counts["after_float_test"] = len(passed)
     log(f"  {len(passed)} after the floating-point test")
     return passed, counts

@@ -154,6 +154,14 @@ class _Tensor:
     splits: dict = field(default_factory=dict)  # axis -> ((tensor, axis), (tensor, axis)) of a concat
 
 
+class _TensorHash:
+    """A tensor of an ``Enumerator.from_table``: its value hash only."""
+    __slots__ = ("hash",)
+
+    def __init__(self, h: int):
+        self.hash = h
+
+
 @dataclass
 class _Op:
     name: str
@@ -429,6 +437,26 @@ class Enumerator:
         producers = {self.tensors[t].producer for t in op.operands}
         joined = frozenset({o}).union(*[c for c in comps if not producers.isdisjoint(c)])
         return tuple(c for c in comps if producers.isdisjoint(c)) + (joined,)
+
+    # ---- the op table, for graphs back out in another process ----
+    def table(self) -> tuple:
+        """What ``graph`` and ``candidates.members_of`` need of this enumerator once it has run, compact
+        and picklable (no tensor values): another process rebuilds it with ``from_table`` (op and
+        tensor ids are this process's, as in ``run``'s output)."""
+        return (self.cfg, tuple(self.input_ids),
+                [(o.name, o.attrs, o.operands, o.results, o.order, o.split_dims) for o in self.ops],
+                array("Q", (t.hash for t in self.tensors)))
+
+    @classmethod
+    def from_table(cls, table: tuple) -> "Enumerator":
+        """An enumerator that can only turn op sets into graphs (``graph``, ``candidates.members_of``)."""
+        en = cls.__new__(cls)
+        en.cfg, input_ids, ops, hashes = table
+        en.input_ids = list(input_ids)
+        en.ops = [_Op(n, a, operands, results, order, split_dims)
+                  for n, a, operands, results, order, split_dims in ops]
+        en.tensors = [_TensorHash(h) for h in hashes]
+        return en
 
     # ---- graphs back out ----
     def graph(self, ops: tuple) -> tuple[G.Graph, list[int]]:

@@ -135,27 +135,57 @@ def generate(cfg: Config, jobs: int = 1, progress=None, log=print, derive_from=N
     t1 = time.perf_counter()
     cands, counts = C.find_candidates(members, cfg, n_graphs, log=log, jobs=jobs)
     times["prune"] = time.perf_counter() - t1
-    inputs = {s.name: (s.shape, s.kind) for s in cfg.inputs}
     derived_from = None
     if derive_from:
-        from . import egraph
         t3 = time.perf_counter()
-        paths = [p for p in str(derive_from).split(",") if p]
-        base_n = _in_base(cfg, paths)
-        if base_n:
-            cands = [c for c in cands if max(len(c.a.ops), len(c.b.ops)) > base_n]
-            counts["beyond_base"] = len(cands)
-            log(f"  {len(cands)} with a side of more than {base_n} ops (the others are the N = {base_n} library's)")
-        rewrites = egraph.load_rewrites(paths, ("proved", "unknown")) + egraph.concat_associativity()
-        cands, failed = derive_parallel(cands, inputs, rewrites, jobs,
-                                        derive_progress(len(cands)) if derive_progress else None)
-        counts["after_derivability"] = len(cands)
+        cands, derived_from = derive_stage(
+            cfg, cands, counts, derive_from, log,
+            lambda cs, inputs, rewrites: derive_parallel(cs, inputs, rewrites, jobs,
+                                                         derive_progress(len(cs)) if derive_progress else None))
         times["derivability"] = time.perf_counter() - t3
-        derived_from = {"files": [Path(p).name for p in paths], "rewrites": len(rewrites),
-                        **({"base_max_ops": base_n} if base_n else {})}
-        log(f"  {len(cands)} not derivable from the {len(rewrites)} rewrites of {derive_from} "
-            f"and concat associativity ({failed} could not be checked and are kept)")
     t2 = time.perf_counter()
+    records = build_records(cfg, cands, counts, log)
+    times["symbolic_shapes"] = time.perf_counter() - t2
+    times["total"] = time.perf_counter() - t0
+    header = {**library_header(cfg, counts, derived_from),
+              "times_s": {k: round(v, 2) for k, v in times.items()}, "jobs": jobs}
+    return header, records
+
+
+def library_header(cfg: Config, counts: dict, derived_from: dict | None) -> dict:
+    """The header of a generated library, less what depends on the run (``times_s``, ``jobs``)."""
+    header = {"config": cfg.to_json(), "counts": counts, "preconditions": library.PRECONDITIONS,
+              "commutative": library.COMMUTATIVE}
+    if derived_from:
+        header["derived_from"] = derived_from
+    return header
+
+
+def derive_stage(cfg: Config, cands: list, counts: dict, derive_from: str, log, derive) -> tuple[list, dict]:
+    """The derivability stage (``generate``'s ``derive_from``): the candidates left and the header's
+    ``derived_from``. ``derive(cands, inputs, rewrites)`` gives the candidates the rewrites do not
+    derive, in order, and how many checks failed (``derive_parallel``)."""
+    from . import egraph
+    inputs = {s.name: (s.shape, s.kind) for s in cfg.inputs}
+    paths = [p for p in str(derive_from).split(",") if p]
+    base_n = _in_base(cfg, paths)
+    if base_n:
+        cands = [c for c in cands if max(len(c.a.ops), len(c.b.ops)) > base_n]
+        counts["beyond_base"] = len(cands)
+        log(f"  {len(cands)} with a side of more than {base_n} ops (the others are the N = {base_n} library's)")
+    rewrites = egraph.load_rewrites(paths, ("proved", "unknown")) + egraph.concat_associativity()
+    cands, failed = derive(cands, inputs, rewrites)
+    counts["after_derivability"] = len(cands)
+    log(f"  {len(cands)} not derivable from the {len(rewrites)} rewrites of {derive_from} "
+        f"and concat associativity ({failed} could not be checked and are kept)")
+    return cands, {"files": [Path(p).name for p in paths], "rewrites": len(rewrites),
+                   **({"base_max_ops": base_n} if base_n else {})}
+
+
+def build_records(cfg: Config, cands: list, counts: dict, log=print) -> list[dict]:
+    """The rule records of the candidates left (constant shapes stated symbolically, usable directions,
+    ids in order of size then text); sets ``counts["usable"]``."""
+    inputs = {s.name: (s.shape, s.kind) for s in cfg.inputs}
     rng = np.random.default_rng(cfg.seed + 2)
     records = []
     for c in cands:
@@ -175,11 +205,5 @@ def generate(cfg: Config, jobs: int = 1, progress=None, log=print, derive_from=N
     records.sort(key=lambda r: (r["ops"][0] + r["ops"][1], r["text"]))
     for i, r in enumerate(records):
         r["id"] = f"{cfg.id_prefix}{i + 1:04d}"
-    times["symbolic_shapes"] = time.perf_counter() - t2
-    times["total"] = time.perf_counter() - t0
     log(f"  {len(records)} usable rules (a direction whose source binds every variable)")
-    header = {"config": cfg.to_json(), "counts": counts, "times_s": {k: round(v, 2) for k, v in times.items()},
-              "jobs": jobs, "preconditions": library.PRECONDITIONS, "commutative": library.COMMUTATIVE}
-    if derived_from:
-        header["derived_from"] = derived_from
-    return header, records
+    return records

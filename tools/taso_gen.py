@@ -4,6 +4,7 @@
     taso-verify rules.jsonl --in-place            # then prove them
     taso-gen --family base-n4 --derive-from rules.jsonl -o rules-n4.jsonl
     taso-gen --family conv-bias -o rules-conv-bias.jsonl
+    taso-gen --family base-n4 --cluster ray --checkpoint ck/ -o rules-n4.jsonl   # on Ray, resumable
 """
 
 from __future__ import annotations
@@ -66,7 +67,30 @@ def _main(argv) -> int:
                     help="drop candidates that the rules of these rules files (comma-separated; 'shipped': "
                          "the packaged libraries; 'none': nothing) derive by equality saturation, with concat "
                          "associativity (default for base-n4: the packaged base library, rules.jsonl)")
+    dist = ap.add_argument_group("distributed generation (Ray: pip install 'taso-mlir[distributed]')")
+    dist.add_argument("--cluster", metavar="ray|ray://HOST:PORT", default=None,
+                      help="run the stages as Ray tasks: 'ray' starts a local Ray runtime of --jobs workers, "
+                           "ray://HOST:PORT uses a running cluster (its Ray Client port; every node needs "
+                           "taso-mlir[distributed] of the same version); the rules file is the same byte for byte "
+                           "for any number of workers and shards (its header has no times or job counts)")
+    dist.add_argument("--shards", type=int, default=None,
+                      help="enumeration shards, split by each graph's first op (default 32)")
+    dist.add_argument("--buckets", type=int, default=None,
+                      help="fingerprint-range buckets the fingerprint tables and candidate pairing are split into "
+                           "(default 16)")
+    dist.add_argument("--checkpoint", metavar="DIR", default=None,
+                      help="keep every task's result in DIR; a run interrupted and started again with the same "
+                           "settings resumes from what is there (default: a temporary folder)")
+    dist.add_argument("--task-timeout", type=float, default=None, metavar="S",
+                      help="cancel a task that runs longer than S seconds and submit it again (3 times at most)")
     args = ap.parse_args(argv)
+    if args.cluster is None and any(v is not None for v in (args.shards, args.buckets, args.checkpoint,
+                                                            args.task_timeout)):
+        raise TasoError("--shards, --buckets, --checkpoint and --task-timeout need --cluster")
+    if args.cluster is not None and not (args.cluster == "ray" or args.cluster.startswith("ray://")):
+        raise TasoError(f"--cluster {args.cluster}: give 'ray' (a local Ray runtime) or ray://HOST:PORT")
+    if args.task_timeout is not None and args.task_timeout <= 0:
+        raise TasoError("--task-timeout must be positive")
     family = FAMILIES[args.family]
     if args.max_ops is None:
         args.max_ops = family.max_ops
@@ -93,6 +117,8 @@ def _main(argv) -> int:
             raise TasoError(str(e)) from None
     cfg = dataclasses.replace(family, max_ops=args.max_ops,
                               **({} if args.seed is None else {"seed": args.seed}))
+    if args.cluster is not None:
+        return _run_ray(args, cfg, derive_from)
     total = pipeline.base_op_count(cfg)
     bar = None
     if not args.no_progress:
@@ -116,6 +142,34 @@ def _main(argv) -> int:
             b.close()
     library.write(args.output, header, records)
     print(summary_table(header["counts"], header["times_s"]))
+    print(f"wrote {len(records)} rules to {args.output} (unverified: run taso-verify)")
+    return 0
+
+
+def _run_ray(args, cfg, derive_from) -> int:
+    """taso-gen --cluster: the stages as Ray tasks (``generator.distributed``)."""
+    from ..dialect.errors import TasoError
+    from ..generator import distributed, library
+    if args.shards is not None and args.shards < 1 or args.buckets is not None and args.buckets < 1:
+        raise TasoError("--shards and --buckets must be at least 1")
+    if args.checkpoint and os.path.exists(args.checkpoint) and not os.path.isdir(args.checkpoint):
+        raise TasoError(f"--checkpoint {args.checkpoint}: not a folder")
+    from tqdm import tqdm
+    try:
+        header, records, report = distributed.generate(
+            cfg, cluster=None if args.cluster == "ray" else args.cluster, cpus=args.jobs,
+            shards=args.shards or distributed.DEFAULT_SHARDS, buckets=args.buckets or distributed.DEFAULT_BUCKETS,
+            checkpoint=args.checkpoint, task_timeout=args.task_timeout, derive_from=derive_from,
+            progress=not args.no_progress, log=lambda m: tqdm.write(m, file=sys.stderr))
+    except distributed.DistributedError as e:
+        raise TasoError(str(e)) from None
+    library.write(args.output, header, records)
+    print(summary_table(header["counts"], report["times_s"]))
+    en = report["enumerate"]
+    print(f"cluster: {report['workers']} workers, {report['shards']} shards, {report['buckets']} buckets; "
+          f"{report['tasks_resumed']} tasks resumed from the checkpoint, {report['tasks_timed_out']} timed out; "
+          f"enumeration {en['graphs_per_worker_second'] or 0} graphs per worker-second "
+          f"(slowest shard {en['shard_seconds_max']:.1f} s); worker peak RSS {report['worker_max_rss_mb']} MB")
     print(f"wrote {len(records)} rules to {args.output} (unverified: run taso-verify)")
     return 0
 
