@@ -6,7 +6,8 @@ and once with ``strategy=eqsat``, each in a fresh process (its peak memory is it
 target (default ``analytic:t4``: the figures TASO and TENSAT published are GPU cost-model figures) and
 the same prepare and cleanup passes. Reported per model: the cost before and after each strategy (after
 the cleanup passes), eqsat's cost relative to backtracking's, the search times (eqsat's split into
-saturation and extraction), peak memory, the e-graph's size and why saturation stopped, and the
+saturation and extraction), peak memory, the e-graph's size and why saturation stopped (the last
+e-graph's; and how many e-graphs the restarts built), and the
 extraction's method, solver status and gap (the solver's bound against its result). A gap of 0 proves
 the extracted graph the cheapest of the graphs the e-graph holds (priced as written, before cleanup);
 it says nothing of graphs the saturation did not reach within its limits, which is where backtracking
@@ -36,7 +37,7 @@ sys.exit(rc)
 """
 
 HEADER = ("| model | cost before ms | backtracking ms (less) | eqsat ms (less) | eqsat vs backtracking | search s "
-          "backtracking / eqsat (saturation, extraction) | peak MB backtracking / eqsat | e-nodes (stop) | "
+          "backtracking / eqsat (saturation, extraction) | peak MB backtracking / eqsat | e-nodes (stop; e-graphs) | "
           "extraction (status, gap) |\n|---|---|---|---|---|---|---|---|---|")
 
 
@@ -70,7 +71,7 @@ def format_row(name: str, b: dict, e: dict) -> str:
     gap = "no bound" if q.get("gap") is None else f"gap {100 * q['gap']:.1f}%"
     return (f"| {name} | {b['before']:.4g} | {red(b)} | {red(e)} | {100 * (e['after'] - b['after']) / b['after']:+.1f}% | "
             f"{b['search_s']:.2f} / {e['search_s']:.2f} ({q['saturation_s']:.1f}, {q['solve_s']:.1f}) | "
-            f"{b['peak_mb']:.0f} / {e['peak_mb']:.0f} | {q['enodes']} ({q['stop']}) | {q['extraction']} ({q['status']}, {gap}) |")
+            f"{b['peak_mb']:.0f} / {e['peak_mb']:.0f} | {q['enodes']} ({q['stop']}; {len(q.get('round_costs') or [1])} e-graphs) | {q['extraction']} ({q['status']}, {gap}) |")
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -58,7 +58,7 @@ def search(f: ir.Operation, st: FuncState, lim: E.Limits = None, ilp_time: float
         original.setdefault(op, nid)
         input_choice.setdefault(eg.find(c), []).append(op + (j,))
     if ilp_time is None:
-        ilp_time = float(st.opts.get("eqsat-ilp-time", 10.0))
+        ilp_time = float(st.opts.get("eqsat-ilp-time", 3.0))
     ex = X.extract(eg, costs, roots, input_choice, ilp_time)
     new_ops = write(f, eg, ex, g0, mops, original, cls) if ex.cost < ex.input_cost - 1e-12 else 0
     return {
@@ -144,8 +144,9 @@ def _run(st: FuncState) -> None:
     for _ in range(restarts):
         if rep["cost_ms"] >= rep["input_cost_ms"] - 1e-12 or time.monotonic() - t0 > lim.time_s:
             break
-        left = dataclasses.replace(lim, time_s=max(0.1, lim.time_s - (time.monotonic() - t0)))
-        rep = search(st.f, st, left)
+        left = max(0.1, lim.time_s - (time.monotonic() - t0))
+        rep = search(st.f, st, dataclasses.replace(lim, time_s=left),
+                     min(float(st.opts.get("eqsat-ilp-time", 3.0)), max(0.5, left)))
         rounds.append(_round(rep))
     rep["round_costs"] = rounds
     for k in ("saturation_s", "solve_s", "matches", "applied", "fused"):

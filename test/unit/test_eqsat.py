@@ -213,4 +213,4 @@ def test_the_strategies_table(tmp_path):
     assert e["eqsat"]["enodes"] > 0 and e["eqsat"]["stop"] in ("saturated", "iterations", "nodes", "time")
     assert b["peak_mb"] > 0 and e["peak_mb"] > 0
     text = strategies.format_row("nasrnn", b, e)
-    assert text.startswith("| nasrnn |") and f"{e['eqsat']['enodes']} ({e['eqsat']['stop']})" in text
+    assert text.startswith("| nasrnn |") and f"{e['eqsat']['enodes']} ({e['eqsat']['stop']}; " in text
