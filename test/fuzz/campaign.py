@@ -234,12 +234,16 @@ def main(argv: Optional[list] = None) -> int:
     ap.add_argument("--model", help="run this ONNX model instead of seeds (shrunk into OUT/failures/ if it fails)")
     ap.add_argument("--motifs", help="only these motifs (comma-separated; a targeted campaign: seeds name other "
                                      "models than without)")
+    ap.add_argument("--search", default="",
+                    help="taso-search's options for every model, e.g. 'strategy=eqsat' (default: plain --taso-search)")
     ap.add_argument("--target", default=os.environ.get("TASO_TARGET") or "analytic:t4",
                     help="the target the optimizer prices with (TASO_TARGET of its processes; default: TASO_TARGET, "
                          "else analytic:t4, which times nothing: deterministic and fast, as the determinism check "
                          "needs; 'auto' measures on this CPU)")
     a = ap.parse_args(argv)
     os.environ["TASO_TARGET"] = a.target  # (the optimizer processes inherit it)
+    if a.search:
+        os.environ[R.SEARCH_ENV] = a.search
     if a.model:
         return run_one(a)
 

@@ -45,12 +45,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MALLOC_ENV = {"MALLOC_PERTURB_": "165", "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}
 
 
+#: taso-search's options for a campaign (``campaign.py --search``, e.g. ``strategy=eqsat``), through the
+#: environment so the campaign's job processes see it; empty: plain ``--taso-search``
+SEARCH_ENV = "TASO_FUZZ_SEARCH"
+
+
+def _search_arg() -> str:
+    opts = os.environ.get(SEARCH_ENV, "").strip()
+    return f"--pass-pipeline=builtin.module(taso-search{{{opts}}})" if opts else "--taso-search"
+
+
 def taso_opt_argv(src: str, out: str) -> list:
-    return [src, "--taso-search", "--no-verify-numerics", "-o", out]
+    return [src, _search_arg(), "--no-verify-numerics", "-o", out]
 
 
 def repro_command(path: str) -> str:
-    return f".venv/bin/taso-opt {path} --taso-search --no-verify-numerics -o out.onnx"
+    arg = _search_arg()
+    return f".venv/bin/taso-opt {path} {arg if arg == '--taso-search' else repr(arg)} --no-verify-numerics -o out.onnx"
 
 
 @dataclass
