@@ -102,6 +102,11 @@ class Config:
                       id_prefix=d.get("id_prefix", "R"), conv_on_inputs=d.get("conv_on_inputs", False))
 
 
+#: the operator kinds the enumerator builds (``Config.ops`` picks among them; constants are ``Config.constants``)
+ENUMERATED_OPS = ("ewadd", "ewmul", "smul", "matmul", "conv2d", "relu", "transpose", "maxpool2d", "avgpool2d",
+                  "concat", "split", "enlarge")
+
+
 #: The configurations of the shipped libraries (``taso-gen --family``), by name.
 #:
 #: ``base``: TASO's operators and inputs, N = 3 (the library ``rules.jsonl``).

@@ -15,7 +15,7 @@ import os
 import sys
 
 from . import cli
-from ..generator.enumerate import FAMILIES
+from ..generator.enumerate import ENUMERATED_OPS, FAMILIES
 
 #: TASO's published stage counts (SOSP'19, N = 4), printed beside ours for scale
 TASO_COUNTS = {"candidates": 28744, "after_renaming": 17346, "after_common_subgraph": 743}
@@ -63,6 +63,9 @@ def _main(argv) -> int:
     ap.add_argument("-o", "--output", required=True, help="rules file to write (JSON Lines)")
     ap.add_argument("--seed", type=int, default=None, help="random seed for the fingerprint inputs")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--ops", metavar="OP[,OP...]", default=None,
+                    help="enumerate only these operators (e.g. matmul,ewadd,transpose,concat,split; default: the "
+                         "family's)")
     ap.add_argument("--derive-from", metavar="RULES", default=None,
                     help="drop candidates that the rules of these rules files (comma-separated; 'shipped': "
                          "the packaged libraries; 'none': nothing) derive by equality saturation, with concat "
@@ -117,6 +120,13 @@ def _main(argv) -> int:
             raise TasoError(str(e)) from None
     cfg = dataclasses.replace(family, max_ops=args.max_ops,
                               **({} if args.seed is None else {"seed": args.seed}))
+    if args.ops is not None:
+        ops = tuple(o.strip() for o in args.ops.split(",") if o.strip())
+        bad = [o for o in ops if o not in ENUMERATED_OPS or family.ops and o not in family.ops]
+        if not ops or bad:
+            raise TasoError("--ops: " + (f"not an operator of the family: {', '.join(bad)} (choose from "
+                                         f"{', '.join(family.ops or ENUMERATED_OPS)})" if bad else "give operators"))
+        cfg = dataclasses.replace(cfg, ops=ops)
     if args.cluster is not None:
         return _run_ray(args, cfg, derive_from)
     total = pipeline.base_op_count(cfg)
