@@ -39,7 +39,7 @@ from taso_mlir.passes.search import tgraph as T
 class Limits:
     iterations: int = 8  # saturation rounds (TENSAT: 15)
     nodes: int = 20000  # e-nodes (TENSAT: 50,000)
-    time_s: float = 10.0  # seconds of saturation
+    time_s: float = 60.0  # seconds of saturation (a safety net: the other limits are deterministic)
     k_multi: int = 1  # rounds in which multi-output rewrites match (TENSAT's k_multi)
     chains: bool = True  # extend each merge of two siblings by the next ones (``_extend_chains``)
     matches_per_rewrite: int = 2000  # matches of one rewrite applied per round
@@ -534,34 +534,13 @@ def _extend_chains(eg: EGraph, view: "EView", chains: list, st: Stats, limits: L
 
 
 def fuse_trees(eg: EGraph, idx: Index, st: Stats) -> bool:
-    """Add the exact identities of the cleanup passes ``taso-fuse-split-trees`` and
-    ``taso-fuse-concat-trees`` for the round's splits and concats: a split of a piece of a split on the
-    same axis is one split into the finer pieces, a concat of a concat on the same axis one concat of
-    all the pieces (at most ``specs.MAX_ARITY``). TASO's rules split and concat in two, so a merge of k
-    siblings is a tree of k - 1 splits; that tree written as one split is what the function pays for
-    after cleanup, and what extraction can now choose. Returns whether the e-graph changed."""
+    """Add the exact identity of the cleanup pass ``taso-fuse-concat-trees`` for the round's concats: a
+    concat of a concat on the same axis is one concat of all the pieces (at most ``specs.MAX_ARITY``).
+    TASO's rules concat two tensors, so batching k leaves a chain of k - 1 concats, which cleanup writes
+    as one; extraction can now choose that one. (Split trees, the other half of that pass, are priced
+    by the extraction instead: ``extract.total``; as e-nodes, their many equivalent bracketings made
+    the integer program too slow.) Returns whether the e-graph changed."""
     changed = False
-    for op in idx.by_kind.get("split", ()):
-        attrs = dict(op[1])
-        src = eg.find(op[2][0])
-        outs = [eg.result_class(op, j) for j in range(eg.nres.get(op, 1))]
-        for n in list(eg.members.get(src, ())):
-            if n[0] != "split" or len(n[2]) != 1 or dict(n[1]).get("axis") != attrs["axis"]:
-                continue
-            parent, i = n[:3], n[3]
-            psizes = dict(parent[1])["sizes"]
-            if len(psizes) - 1 + len(outs) > specs.MAX_ARITY:
-                continue
-            pouts = [eg.result_class(parent, j) for j in range(len(psizes))]
-            classes = pouts[:i] + outs + pouts[i + 1:]
-            if any(c is None for c in classes):
-                continue
-            sizes = tuple(psizes[:i]) + tuple(attrs["sizes"]) + tuple(psizes[i + 1:])
-            made = eg.add_op("split", T.attrs_tuple({"axis": attrs["axis"], "sizes": sizes}), parent[2],
-                             [eg.shape[c] for c in classes], eg.dtype[src])
-            if any(eg.union(a, b) for a, b in zip(classes, made)):
-                changed = True
-                st.fused += 1
     for op in idx.by_kind.get("concat", ()):
         axis = dict(op[1]).get("axis")
         out = eg.result_class(op, 0)

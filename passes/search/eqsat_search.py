@@ -17,6 +17,7 @@ and the limits.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 from taso_mlir.dialect.errors import TasoError
@@ -31,7 +32,7 @@ from taso_mlir.passes.search import tgraph as T
 
 def limits_of(opts: dict) -> E.Limits:
     return E.Limits(iterations=int(opts.get("eqsat-iterations", 4)), nodes=int(opts.get("eqsat-nodes", 20000)),
-                    time_s=float(opts.get("eqsat-time", 10.0)), k_multi=int(opts.get("eqsat-k-multi", 1)),
+                    time_s=float(opts.get("eqsat-time", 60.0)), k_multi=int(opts.get("eqsat-k-multi", 1)),
                     chains=_flag(opts.get("eqsat-chains", True)))
 
 
@@ -39,9 +40,10 @@ def _flag(v) -> bool:
     return v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes", "on")
 
 
-def search(f: ir.Operation, st: FuncState, lim: E.Limits = None, ilp_time: float = None) -> dict:
-    """Saturate, extract and write the result into ``f`` where it is cheaper than ``f``; returns what the
-    report says of it."""
+def search(f: ir.Operation, st: FuncState, lim: E.Limits = None, ilp_time: float = None,
+           bar: float = math.inf) -> dict:
+    """Saturate, extract and write the result into ``f`` where it is cheaper than ``f`` as the e-graph
+    prices it and than ``bar`` (the last round's result); returns what the report says of it."""
     tick = time.monotonic()
     g0, mops = T.from_function(f, st.written)
     eg, cls = E.from_graph(g0)
@@ -58,16 +60,17 @@ def search(f: ir.Operation, st: FuncState, lim: E.Limits = None, ilp_time: float
         original.setdefault(op, nid)
         input_choice.setdefault(eg.find(c), []).append(op + (j,))
     if ilp_time is None:
-        ilp_time = float(st.opts.get("eqsat-ilp-time", 3.0))
+        ilp_time = float(st.opts.get("eqsat-ilp-time", 10.0))
     ex = X.extract(eg, costs, roots, input_choice, ilp_time)
-    new_ops = write(f, eg, ex, g0, mops, original, cls) if ex.cost < ex.input_cost - 1e-12 else 0
+    better = ex.cost < min(ex.input_cost, bar) - 1e-12
+    new_ops = write(f, eg, ex, g0, mops, original, cls) if better else 0
     return {
         "enodes": eg.num_nodes(), "eclasses": len(eg.classes()), "iterations": stats.iterations,
         "stop": stats.stop, "matches": stats.matches, "applied": stats.applied, "fused": stats.fused, "saturation_s": round(stats.time_s, 3),
         "extraction": ex.method, "status": ex.status, "cost_ms": ex.cost, "bound_ms": ex.bound,
         "gap": ex.gap, "cycle_cuts": ex.cuts, "blocked": blocked, "solve_s": round(ex.solve_s, 3), "new_ops": new_ops,
         "rejected": dict(sorted(stats.rejected.items(), key=lambda kv: -kv[1])[:8]),
-        "time_s": round(time.monotonic() - tick, 3), "input_cost_ms": g0.cost,
+        "time_s": round(time.monotonic() - tick, 3), "input_cost_ms": ex.input_cost, "written": better,
     }
 
 
@@ -132,7 +135,7 @@ def write(f: ir.Operation, eg: E.EGraph, ex: X.Extraction, g0: T.TGraph, mops: l
 
 def _round(rep: dict) -> dict:
     return {k: rep[k] for k in ("input_cost_ms", "cost_ms", "enodes", "saturation_s", "solve_s", "status", "cycle_cuts",
-                                "blocked", "matches", "applied", "fused", "stop")}
+                                "blocked", "matches", "applied", "fused", "stop", "written")}
 
 
 def _run(st: FuncState) -> None:
@@ -142,11 +145,11 @@ def _run(st: FuncState) -> None:
     rep = search(st.f, st, lim)
     rounds = [_round(rep)]
     for _ in range(restarts):
-        if rep["cost_ms"] >= rep["input_cost_ms"] - 1e-12 or time.monotonic() - t0 > lim.time_s:
+        if not rep["written"] or time.monotonic() - t0 > lim.time_s:
             break
         left = max(0.1, lim.time_s - (time.monotonic() - t0))
         rep = search(st.f, st, dataclasses.replace(lim, time_s=left),
-                     min(float(st.opts.get("eqsat-ilp-time", 3.0)), max(0.5, left)))
+                     min(float(st.opts.get("eqsat-ilp-time", 10.0)), max(0.5, left)), bar=rep["cost_ms"])
         rounds.append(_round(rep))
     rep["round_costs"] = rounds
     for k in ("saturation_s", "solve_s", "matches", "applied", "fused"):

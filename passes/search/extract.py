@@ -21,6 +21,7 @@ import math
 import os
 import sys
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -185,8 +186,30 @@ def walk(eg: EGraph, roots: list, chosen) -> tuple[Optional[dict], Optional[list
     return choice, order
 
 
-def total(costs: Costs, order: list) -> float:
-    return sum(costs.cost(op) for op in order)
+def _axis(op: tuple):
+    return dict(op[1]).get("axis")
+
+
+def total(costs: Costs, choice: dict, order: list, roots: list) -> float:
+    """The cost of a graph (its ops ``order``, ``choice``: class -> chosen e-node) as the cleanup
+    writes it: a split of a piece of a split on the same axis, where nothing else uses the piece (and
+    it is not an output), is part of its parent's split (``taso-fuse-split-trees``) and costs nothing
+    of its own, the search's model (``tgraph.Builder``)."""
+    eg = costs.eg
+    uses: dict = defaultdict(int)
+    for op in order:
+        for k in op[2]:
+            uses[eg.find(k)] += 1
+    outs = {eg.find(r) for r in roots}
+    t = 0.0
+    for op in order:
+        if op[0] == "split" and op[2]:
+            k = eg.find(op[2][0])
+            n = choice.get(k)
+            if n is not None and n[0] == "split" and _axis(n) == _axis(op) and uses[k] == 1 and k not in outs:
+                continue
+        t += costs.cost(op)
+    return t
 
 
 def _highs():
@@ -204,6 +227,10 @@ def _highs():
         os.close(saved)
     h.setOptionValue("output_flag", False)
     return h
+
+
+def by_class_nodes(eg: EGraph, c: int, xi: dict) -> list:
+    return [n for n in eg.members[c] if n in xi]
 
 
 def ilp(eg: EGraph, costs: Costs, roots: list, start: Optional[dict], time_limit: float = 10.0,
@@ -225,10 +252,29 @@ def ilp(eg: EGraph, costs: Costs, roots: list, start: Optional[dict], time_limit
     h.setOptionValue("mip_rel_gap", 1e-6)
     h.setOptionValue("threads", 1)
     h.setOptionValue("random_seed", 0)
-    nvar = len(nodes) + len(ops)
+    outs = {eg.find(r) for r in roots}
+    readers: dict = defaultdict(list)  # class -> the e-nodes reading it
+    for n in nodes:
+        for k in {eg.find(k) for k in n[2]}:
+            readers[k].append(n)
+    # a split of a piece of a split on the same axis, where nothing else reads the piece, costs nothing
+    # of its own (``total``): z_o (1 where split op o gets that discount) <= y_o, <= the sum of the
+    # piece's class's split e-nodes on o's axis, and <= 1 - x_u for every other e-node u reading it
+    zs: list = []  # (split op, its piece's same-axis split e-nodes, the other readers)
+    for o in ops:
+        if o[0] != "split" or not o[2]:
+            continue
+        k = eg.find(o[2][0])
+        same = [n for n in by_class_nodes(eg, k, xi) if n[0] == "split" and _axis(n) == _axis(o)]
+        if same and k not in outs:
+            zs.append((o, same, [u for u in readers[k] if u[:3] != o]))
+    zi = {o: len(nodes) + len(ops) + i for i, (o, _s, _u) in enumerate(zs)}
+    nvar = len(nodes) + len(ops) + len(zs)
     cost = np.zeros(nvar)
     for o in ops:
         cost[yi[o]] = costs.cost(o)
+    for o, _s, _u in zs:
+        cost[zi[o]] = -costs.cost(o)
     h.addVars(nvar, np.zeros(nvar), np.ones(nvar))
     h.changeColsCost(nvar, np.arange(nvar, dtype=np.int32), cost)
     h.changeColsIntegrality(nvar, np.arange(nvar, dtype=np.int32),
@@ -246,6 +292,15 @@ def ilp(eg: EGraph, costs: Costs, roots: list, start: Optional[dict], time_limit
                 rows.append((0.0, [i], [-1.0]))
                 continue
             rows.append((0.0, idx + [i], [1.0] * len(idx) + [-1.0]))
+    for c in classes:  # at most one e-node chosen per class (one suffices; the discounts need it)
+        if len(by_class[c]) > 1:
+            rows.append((-1.0, by_class[c], [-1.0] * len(by_class[c])))
+    for o, same, others in zs:
+        z = zi[o]
+        rows.append((0.0, [yi[o], z], [1.0, -1.0]))
+        rows.append((0.0, [xi[n] for n in same] + [z], [1.0] * len(same) + [-1.0]))
+        for u in others:
+            rows.append((-1.0, [xi[u], z], [-1.0, -1.0]))
     lo = np.array([r[0] for r in rows])
     starts = np.cumsum([0] + [len(r[1]) for r in rows[:-1]]).astype(np.int32)
     index = np.array([j for r in rows for j in r[1]], dtype=np.int32)
@@ -281,7 +336,7 @@ def ilp(eg: EGraph, costs: Costs, roots: list, start: Optional[dict], time_limit
                 bound, gap = objective, 0.0
             elif not (0.0 < bound <= objective * (1 + 1e-9)):
                 gap = 1.0
-            return Extraction(choice, order, total(costs, order), "ilp",
+            return Extraction(choice, order, total(costs, choice, order, roots), "ilp",
                               bound if math.isfinite(bound) and gap < 1.0 else None, status,
                               time.monotonic() - t0, cuts, {"variables": nvar, "rows": len(rows) + cuts})
         cycle = order  # (walk returned the cycle's e-nodes)
@@ -306,19 +361,19 @@ def extract(eg: EGraph, costs: Costs, roots: list, input_choice: dict, time_limi
     (``input_choice``: class -> the input graph's e-nodes in it)."""
     t0 = time.monotonic()
     inp, inp_order = walk(eg, roots, lambda c: input_choice.get(eg.find(c), []))
-    inp_cost = total(costs, inp_order) if inp is not None else math.inf
+    inp_cost = total(costs, inp, inp_order, roots) if inp is not None else math.inf
     g = greedy(eg, costs, roots)
     start, start_cost = None, math.inf
     if g is not None:
         choice, order = walk(eg, roots, lambda c: [g[eg.find(c)]] if eg.find(c) in g else [])
         if choice is not None:
-            start, start_cost = choice, total(costs, order)
+            start, start_cost = choice, total(costs, choice, order, roots)
     if inp is not None and inp_cost <= start_cost:  # (the input is the better start)
         start, start_cost = inp, inp_cost
     res = ilp(eg, costs, roots, start, time_limit)
     if res is None and start is not None:
         choice, order = walk(eg, roots, lambda c: [start[eg.find(c)]])
-        res = Extraction(choice, order, total(costs, order), "greedy" if start is not inp else "input", None,
+        res = Extraction(choice, order, total(costs, choice, order, roots), "greedy" if start is not inp else "input", None,
                          "ilp found no solution in time", time.monotonic() - t0)
     if res is None:
         res = Extraction(inp, inp_order, inp_cost, "input", None, "no acyclic extraction found", time.monotonic() - t0)

@@ -146,6 +146,32 @@ def test_limits_are_honoured(tmp_path):
 # extraction on hand-made e-graphs
 
 
+def test_a_split_of_a_split_piece_is_priced_as_cleanup_writes_it():
+    """split(split(a)#0) on one axis is one split after taso-fuse-split-trees: the inner split costs
+    nothing of its own, where nothing else reads the piece and it is not an output; the integer
+    program prices it so too, and prefers the tree to a dearer single op."""
+    eg = E.EGraph()
+    a = eg.add_op("arg", (("@node", "a"),), (), [(4, 2)], "f32")[0]
+    half = (("axis", 0), ("sizes", (2, 2)))
+    p0, p1 = eg.add_op("split", half, (a,), [(2, 2), (2, 2)], "f32")
+    q0, q1 = eg.add_op("split", (("axis", 0), ("sizes", (1, 1))), (p0,), [(1, 2), (1, 2)], "f32")
+    eg.rebuild()
+    costs = _Costs(eg, {"split": 1.0})
+    for roots, want in (([q0, q1, p1], 1.0), ([q0, q1, p1, p0], 2.0)):
+        choice, order = X.walk(eg, roots, lambda c: list(eg.members[eg.find(c)]))
+        assert X.total(costs, choice, order, roots) == want
+        res = X.ilp(eg, costs, roots, choice)
+        assert res.cost == want and res.status == "Optimal"
+    # an alternative for q0 that costs 1.5 alone: the tree (1 in all) is still cheaper
+    alt = eg.add_op("relu", (), (a,), [(1, 2)], "f32")[0]
+    eg.union(alt, q0)
+    eg.rebuild()
+    costs = _Costs(eg, {"split": 1.0, "relu": 1.5})
+    roots = [q0, q1, p1]
+    res = X.ilp(eg, costs, roots, None)
+    assert res.cost == 1.0 and "relu" not in {op[0] for op in res.order}
+
+
 class _Costs(X.Costs):
     def __init__(self, eg, table):
         self.eg, self.weight, self._t = eg, set(), table
@@ -177,7 +203,7 @@ def test_the_ilp_pays_a_shared_op_once_and_greedy_does_not():
     roots = [eg.find(x1), eg.find(y1)]
     g = X.greedy(eg, costs, roots)
     choice, order = X.walk(eg, roots, lambda c: [g[eg.find(c)]])
-    assert X.total(costs, order) == 14.0
+    assert X.total(costs, choice, order, roots) == 14.0
     res = X.ilp(eg, costs, roots, choice)
     assert res.cost == 12.0 and res.status == "Optimal" and res.gap == 0.0
     assert {op[0] for op in res.order} == {"arg", "relu", "f", "h"}
