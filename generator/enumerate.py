@@ -463,6 +463,15 @@ class Enumerator:
         en.tensors = [_TensorHash(h) for h in hashes]
         return en
 
+    def compact(self) -> "Enumerator":
+        """What ``from_table(self.table())`` gives, without the copy: an enumerator that can only turn
+        op sets into graphs, sharing this one's ops, holding no tensor values (a Ray worker keeps it
+        between the enumeration and the graphs' rebuild)."""
+        en = Enumerator.__new__(Enumerator)
+        en.cfg, en.input_ids, en.ops = self.cfg, list(self.input_ids), self.ops
+        en.tensors = [_TensorHash(t.hash) for t in self.tensors]
+        return en
+
     # ---- graphs back out ----
     def graph(self, ops: tuple) -> tuple[G.Graph, list[int]]:
         """The rule graph of an op set, with the tensor ids of its outputs."""

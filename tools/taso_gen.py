@@ -70,6 +70,9 @@ def _main(argv) -> int:
                     help="drop candidates that the rules of these rules files (comma-separated; 'shipped': "
                          "the packaged libraries; 'none': nothing) derive by equality saturation, with concat "
                          "associativity (default for base-n4: the packaged base library, rules.jsonl)")
+    ap.add_argument("--id-prefix", metavar="P", default=None,
+                    help="the rule ids' prefix (default: the family's: R, F, B, M); ids must differ from those of "
+                         "the libraries a search loads beside this one")
     dist = ap.add_argument_group("distributed generation (Ray: pip install 'taso-mlir[distributed]')")
     dist.add_argument("--cluster", metavar="ray|ray://HOST:PORT", default=None,
                       help="run the stages as Ray tasks: 'ray' starts a local Ray runtime of --jobs workers, "
@@ -120,6 +123,10 @@ def _main(argv) -> int:
             raise TasoError(str(e)) from None
     cfg = dataclasses.replace(family, max_ops=args.max_ops,
                               **({} if args.seed is None else {"seed": args.seed}))
+    if args.id_prefix is not None:
+        if not args.id_prefix.isalnum() or not args.id_prefix.isascii():
+            raise TasoError(f"--id-prefix {args.id_prefix!r}: give letters and digits")
+        cfg = dataclasses.replace(cfg, id_prefix=args.id_prefix)
     if args.ops is not None:
         ops = tuple(o.strip() for o in args.ops.split(",") if o.strip())
         bad = [o for o in ops if o not in ENUMERATED_OPS or family.ops and o not in family.ops]

@@ -1,7 +1,8 @@
 """taso-gen --cluster ray (generator.distributed) on a local Ray runtime of 2 workers: the shipped N = 3
 library; the same file byte for byte for any number of shards and buckets and as the single-process
-generator's (header less its times and job count); a worker killed mid-task and a task past its timeout
-are retried; a run interrupted and resumed from its checkpoint gives the same file; one-line errors."""
+generator's (header less its times and job count), whether the workers keep their shards for the
+rebuild or rebuild them from the op tables; a worker killed mid-task (it restarts without the shards it
+kept) and a task past its timeout are retried; a run interrupted and resumed from its checkpoint gives the same file; one-line errors."""
 
 from __future__ import annotations
 
@@ -69,9 +70,17 @@ def test_n3_on_ray_is_the_shipped_library(local_ray, tmp_path):
 @pytest.mark.parametrize("shards,buckets", [(1, 1), (3, 2), (7, 5)])
 def test_the_same_file_for_any_shards_and_buckets(local_ray, tmp_path, shards, buckets):
     ref = _text(tmp_path, "single.jsonl", *_single(SMALL))
-    header, records, _ = distributed.generate(SMALL, shards=shards, buckets=buckets, **QUIET)
+    header, records, report = distributed.generate(SMALL, shards=shards, buckets=buckets, **QUIET)
     assert _text(tmp_path, "ray.jsonl", header, records) == ref
     assert header["counts"]["after_float_test"] > 20
+    assert report["shards_rebuilt_from_table"] == 0  # the workers kept their shards
+
+
+def test_shards_the_workers_do_not_keep_are_rebuilt_from_their_op_tables(local_ray, tmp_path):
+    ref = _text(tmp_path, "single.jsonl", *_single(SMALL))
+    header, records, report = distributed.generate(SMALL, shards=4, buckets=3, hold_mb=0, **QUIET)
+    assert report["shards_rebuilt_from_table"] == 4
+    assert _text(tmp_path, "ray.jsonl", header, records) == ref
 
 
 def test_derivability_on_ray_is_the_single_process_one(local_ray, tmp_path):
@@ -87,8 +96,11 @@ def test_a_killed_worker_is_retried(local_ray, tmp_path, monkeypatch):
     ref = _text(tmp_path, "single.jsonl", *_single(SMALL))
     monkeypatch.setenv("TASO_GEN_TEST_KILL", "enumerate-1,members-2")
     ck = tmp_path / "ck"
-    header, records, _ = distributed.generate(SMALL, shards=4, buckets=2, checkpoint=ck, **QUIET)
+    header, records, report = distributed.generate(SMALL, shards=4, buckets=2, checkpoint=ck, **QUIET)
     assert (ck / "test-kill-enumerate-1").exists() and (ck / "test-kill-members-2").exists()
+    assert report["tasks_retried"] == 2
+    # the worker killed in members-2 restarted without the shards it kept: those are rebuilt from their tables
+    assert report["shards_rebuilt_from_table"] >= 1
     assert _text(tmp_path, "ray.jsonl", header, records) == ref
 
 
@@ -142,6 +154,7 @@ def test_resume_after_an_interrupt_gives_the_same_file(tmp_path):
     (["--cluster", "spark"], "--cluster spark: give 'ray' (a local Ray runtime) or ray://HOST:PORT"),
     (["--cluster", "ray://127.0.0.1:1"], "cannot reach the Ray cluster at ray://127.0.0.1:1"),
     (["--cluster", "ray", "--task-timeout", "0"], "--task-timeout must be positive"),
+    (["--id-prefix", "a-b"], "--id-prefix 'a-b': give letters and digits"),
 ])
 def test_cli_errors_are_one_line(tmp_path, args, msg):
     p = _taso_gen("--max-ops", "2", "--no-progress", "-o", str(tmp_path / "r.jsonl"), *args, cwd=tmp_path)
