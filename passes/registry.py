@@ -156,7 +156,7 @@ def search_options() -> tuple:
             (lambda v: v > 0, "positive")),
         PassOption("eqsat-k-multi", int, 1, "eqsat: rounds in which rewrites of several outputs (merges) match",
             (lambda v: 0 <= v <= 100, "between 0 and 100")),
-        PassOption("eqsat-ilp-time", float, 10.0, "eqsat: seconds for each extraction's integer program (a restart's: "
+        PassOption("eqsat-ilp-time", float, 30.0, "eqsat: seconds for each extraction's integer program (a restart's: "
             "at most what is left of eqsat-time, and 0.5 s at least)",
             (lambda v: v > 0, "positive")),
         PassOption("eqsat-chains", bool, True, "eqsat: extend each merge of two siblings by the next sibling, "

@@ -2,7 +2,9 @@
 
 TASO's split and concat take two pieces, so rules that merge k convolutions or matmuls leave a tree of
 k - 1 splits, and batching k tensors a chain of k - 1 concats. One split (concat) of all the pieces reads
-and writes the same bytes in one launch. Both are exact (data movement only).
+and writes the same bytes in one launch. ``taso-fuse-split-trees`` then cuts a nest of splits on two
+axes (every piece of a split on axis a split on axis b into the same sizes) in the order that needs
+fewer splits (``swap_split_nests``). All are exact (data movement only).
 """
 
 from __future__ import annotations
@@ -95,8 +97,54 @@ def _fuse_split(op: ir.Operation) -> bool:
     return True
 
 
+@ir_step
+def swap_split_nests(f: ir.Operation) -> int:
+    """Where every piece of a split on axis a is split, and only split, on another axis b into the same
+    sizes (a matmul batched over n steps and merged over m gates: cut into gates, each gate into
+    steps), cut on b first and each piece on a: ``split_b(split_a(X)#g)#s = split_a(split_b(X)#s)#g``,
+    both the block (s, g) of X. That is 1 + n splits instead of 1 + m, done where n < m; the pieces of
+    step s then come from one split, as the step's other operands' pieces do, which
+    ``taso-lift-elementwise`` needs. Returns the number of nests swapped."""
+    return _fuse_until_done(f, "taso.split", _swap_nest)
+
+
+def _swap_nest(op: ir.Operation) -> bool:
+    a = taso_attrs(op)
+    inner = []
+    for r in op.results:
+        users = [u.owner for u in r.uses]
+        if len(users) != 1 or users[0].name != "taso.split":
+            return False
+        inner.append(users[0])
+    b = taso_attrs(inner[0])
+    if b["axis"] == a["axis"] or any(taso_attrs(i) != b for i in inner) or len(b["sizes"]) >= len(a["sizes"]):
+        return False
+    x = op.operands[0]
+    shape = list(ir.RankedTensorType(x.type).shape)
+    et = ir.RankedTensorType(x.type).element_type
+
+    def cut(shape, axis, k):
+        return ir.RankedTensorType.get([k if d == axis else n for d, n in enumerate(shape)], et)
+
+    with ir.InsertionPoint(op):
+        outer = create_taso_op("split", [x], [cut(shape, b["axis"], k) for k in b["sizes"]], b, loc=op.location)
+        rows = []
+        for t in outer.results:
+            ts = list(ir.RankedTensorType(t.type).shape)
+            rows.append(create_taso_op("split", [t], [cut(ts, a["axis"], k) for k in a["sizes"]], a,
+                                       loc=op.location))
+    for g, i in enumerate(inner):
+        for s_, r in enumerate(i.results):
+            replace_uses(r, rows[s_].results[g])
+    for i in inner:
+        erase_op(i)
+    erase_op(op)
+    return True
+
+
 def _run_splits(st: FuncState) -> None:
     st.count("splits_fused", fuse_split_trees(st.f))
+    st.count("nests_swapped", swap_split_nests(st.f))
 
 
 def _run_concats(st: FuncState) -> None:
@@ -104,6 +152,8 @@ def _run_concats(st: FuncState) -> None:
 
 
 SPLITS = FunctionPass("taso-fuse-split-trees", "A split of a split's piece on the same axis becomes part of "
-                      "its parent", _run_splits, {"splits_fused": "nested splits fused"}, group="cleanup")
+                      "its parent; a nest of splits on two axes is cut in the order of fewer splits", _run_splits,
+                      {"splits_fused": "nested splits fused", "nests_swapped": "split nests on two axes cut in the "
+                       "other order"}, group="cleanup")
 CONCATS = FunctionPass("taso-fuse-concat-trees", "A concat of a concat on the same axis becomes one concat",
                        _run_concats, {"concats_fused": "nested concats fused"}, group="cleanup")

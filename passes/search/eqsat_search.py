@@ -60,13 +60,14 @@ def search(f: ir.Operation, st: FuncState, lim: E.Limits = None, ilp_time: float
         original.setdefault(op, nid)
         input_choice.setdefault(eg.find(c), []).append(op + (j,))
     if ilp_time is None:
-        ilp_time = float(st.opts.get("eqsat-ilp-time", 10.0))
+        ilp_time = float(st.opts.get("eqsat-ilp-time", 30.0))
     ex = X.extract(eg, costs, roots, input_choice, ilp_time)
     better = ex.cost < min(ex.input_cost, bar) - 1e-12
     new_ops = write(f, eg, ex, g0, mops, original, cls) if better else 0
     return {
         "enodes": eg.num_nodes(), "eclasses": len(eg.classes()), "iterations": stats.iterations,
-        "stop": stats.stop, "matches": stats.matches, "applied": stats.applied, "fused": stats.fused, "saturation_s": round(stats.time_s, 3),
+        "stop": stats.stop, "matches": stats.matches, "applied": stats.applied, "fused": stats.fused,
+        "lifted": stats.lifted, "saturation_s": round(stats.time_s, 3),
         "extraction": ex.method, "status": ex.status, "cost_ms": ex.cost, "bound_ms": ex.bound,
         "gap": ex.gap, "cycle_cuts": ex.cuts, "blocked": blocked, "solve_s": round(ex.solve_s, 3), "new_ops": new_ops,
         "rejected": dict(sorted(stats.rejected.items(), key=lambda kv: -kv[1])[:8]),
@@ -135,7 +136,7 @@ def write(f: ir.Operation, eg: E.EGraph, ex: X.Extraction, g0: T.TGraph, mops: l
 
 def _round(rep: dict) -> dict:
     return {k: rep[k] for k in ("input_cost_ms", "cost_ms", "enodes", "saturation_s", "solve_s", "status", "cycle_cuts",
-                                "blocked", "matches", "applied", "fused", "stop", "written")}
+                                "blocked", "matches", "applied", "fused", "lifted", "stop", "written")}
 
 
 def _run(st: FuncState) -> None:
@@ -149,10 +150,10 @@ def _run(st: FuncState) -> None:
             break
         left = max(0.1, lim.time_s - (time.monotonic() - t0))
         rep = search(st.f, st, dataclasses.replace(lim, time_s=left),
-                     min(float(st.opts.get("eqsat-ilp-time", 10.0)), max(0.5, left)), bar=rep["cost_ms"])
+                     min(float(st.opts.get("eqsat-ilp-time", 30.0)), max(0.5, left)), bar=rep["cost_ms"])
         rounds.append(_round(rep))
     rep["round_costs"] = rounds
-    for k in ("saturation_s", "solve_s", "matches", "applied", "fused"):
+    for k in ("saturation_s", "solve_s", "matches", "applied", "fused", "lifted"):
         rep[k] = round(sum(r[k] for r in rounds), 3)
     rep["time_s"] = round(time.monotonic() - t0, 3)
     st.count("eqsat_ops_created", rep["new_ops"])

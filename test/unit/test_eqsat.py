@@ -146,6 +146,25 @@ def test_limits_are_honoured(tmp_path):
 # extraction on hand-made e-graphs
 
 
+def test_an_activation_on_each_piece_of_a_split_is_lifted_over_the_split():
+    """relu(split(a)#0), relu(split(a)#1): saturation adds relu(a) and its split (taso-lift-elementwise's
+    identity, no rule needed), and extraction takes one relu and one split (2) over a split and two
+    relus (3)."""
+    eg = E.EGraph()
+    a = eg.add_op("arg", (("@node", "a"),), (), [(4, 2)], "f32")[0]
+    p0, p1 = eg.add_op("split", (("axis", 0), ("sizes", (2, 2))), (a,), [(2, 2), (2, 2)], "f32")
+    r0 = eg.add_op("relu", (), (p0,), [(2, 2)], "f32")[0]
+    r1 = eg.add_op("relu", (), (p1,), [(2, 2)], "f32")[0]
+    st = E.saturate(eg, [], E.Limits(iterations=2))
+    assert st.lifted == 2
+    costs = _Costs(eg, {"split": 1.0, "relu": 1.0})
+    roots = [eg.find(r0), eg.find(r1)]
+    res = X.ilp(eg, costs, roots, None)
+    assert res.cost == 2.0 and res.status == "Optimal"
+    relu = next(op for op in res.order if op[0] == "relu")
+    assert [eg.find(k) for k in relu[2]] == [eg.find(a)]
+
+
 def test_a_split_of_a_split_piece_is_priced_as_cleanup_writes_it():
     """split(split(a)#0) on one axis is one split after taso-fuse-split-trees: the inner split costs
     nothing of its own, where nothing else reads the piece and it is not an output; the integer

@@ -350,6 +350,45 @@ def test_split_trees_are_fused_where_the_piece_has_no_other_use():
         np.testing.assert_array_equal(a, b)
 
 
+SPLIT_NEST = f"""
+func.func @f(%x: tensor<6x8xf32>, %y: tensor<6x8xf32>) -> (tensor<4x2xf32>, tensor<2x2xf32>, tensor<4x2xf32>,
+    tensor<2x2xf32>, tensor<4x4xf32>, tensor<2x4xf32>, tensor<3x8xf32>, tensor<3x8xf32>, tensor<2x8xf32>) {{
+  {_split("a", "x", 1, [2, 2, 4], "6x8", ["6x2", "6x2", "6x4"])}
+  {_split("b", "a#0", 0, [4, 2], "6x2", ["4x2", "2x2"])}
+  {_split("c", "a#1", 0, [4, 2], "6x2", ["4x2", "2x2"])}
+  {_split("d", "a#2", 0, [4, 2], "6x4", ["4x4", "2x4"])}
+  {_split("e", "y", 0, [3, 3], "6x8", ["3x8", "3x8"])}
+  {_split("g", "e#0", 0, [1, 2], "3x8", ["1x8", "2x8"])}
+  return %b#0, %b#1, %c#0, %c#1, %d#0, %d#1, %e#0, %e#1, %g#1 : tensor<4x2xf32>, tensor<2x2xf32>,
+      tensor<4x2xf32>, tensor<2x2xf32>, tensor<4x4xf32>, tensor<2x4xf32>, tensor<3x8xf32>, tensor<3x8xf32>,
+      tensor<2x8xf32>
+}}
+"""
+
+
+def test_a_split_nest_on_two_axes_is_cut_in_the_order_of_fewer_splits():
+    """Every piece of %a (3 pieces on axis 1) is split on axis 0 into [4, 2] and used nowhere else: cut
+    on axis 0 first (2 pieces), each then on axis 1: 3 splits instead of 4, the same values. %e's nest
+    is left alone (a piece used elsewhere, and on one axis)."""
+    ctx = make_context()
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(SPLIT_NEST)
+        f = m.body.operations[0].operation
+        rng = np.random.default_rng(0)
+        ins = [rng.standard_normal((6, 8)).astype(np.float32) for _ in range(2)]
+        want = run_function(f, ins)
+        assert fuse_trees.swap_split_nests(f) == 1
+        assert m.operation.verify()
+        splits = [o.operation for o in f.regions[0].blocks[0].operations if o.operation.name == "taso.split"]
+        got = sorted((ir.IntegerAttr(s.attributes["axis"]).value, list(ir.DenseI64ArrayAttr(s.attributes["sizes"])))
+                     for s in splits)
+        assert got == [(0, [1, 2]), (0, [3, 3]), (0, [4, 2]), (1, [2, 2, 4]), (1, [2, 2, 4])], got
+        assert fuse_trees.swap_split_nests(f) == 0  # (2 pieces split in 3 is not swapped back)
+        out = run_function(f, ins)
+    for a, b in zip(out, want):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_sibling_matmuls_become_one_matmul_and_one_split(tmp_path):
     """Four matmuls sharing their input merge into one matmul on the concatenated weights. The three
     binary splits the rules leave are written as one four-way Split, and the search's cost (which
