@@ -51,7 +51,6 @@ class Stats:
     stop: str = ""  # why saturation stopped: saturated | iterations | nodes | time
     matches: int = 0  # matches found
     applied: int = 0  # of those, passing the site check and changing the e-graph
-    fused: int = 0  # concat trees made one op (``fuse_trees``) where that changed the e-graph
     lifted: int = 0  # elementwise ops on split pieces lifted to the whole (``lift_elementwise``)
     rejected: dict = field(default_factory=lambda: defaultdict(int))
     time_s: float = 0.0
@@ -97,6 +96,7 @@ class EGraph:
     def add_op(self, kind: str, attrs: tuple, kids: tuple, shapes: list, dtype: str) -> list:
         """The classes of the results of op ``kind(kids){attrs}``: existing ones where the e-graph has
         the op, else new classes."""
+        attrs = key_attrs(kind, attrs, kids, shapes)
         out = []
         for j, s in enumerate(shapes):
             n = self.canon((kind, attrs, kids, j))
@@ -216,6 +216,20 @@ class EGraph:
         return None if c is None else self.find(c)
 
 
+def key_attrs(kind: str, attrs: tuple, kids: tuple, shapes) -> tuple:
+    """An op's attributes as its e-node key holds them: an op of no operands (a constant such as
+    ``const_imatmul``, whose shape is its result type, not an attribute) also holds its result shapes,
+    so that constants of two shapes are two e-nodes. Keys starting with ``@`` are the e-graph's own."""
+    if kids or any(a[0] == "@node" for a in attrs) or any(a[0] == "@shape" for a in attrs):
+        return attrs
+    return tuple(attrs) + (("@shape", tuple(tuple(s) if s is not None else None for s in shapes)),)
+
+
+def op_attrs(attrs: tuple) -> dict:
+    """An e-node's attributes without the e-graph's own (``@node``, ``@shape``)."""
+    return {k: v for k, v in attrs if not k.startswith("@")}
+
+
 class EView(RB.View):
     """The e-graph as the site check reads it: ops are op keys, values are classes."""
 
@@ -238,7 +252,7 @@ class EView(RB.View):
         return None  # (check_local does not ask)
 
     def attrs(self, op):
-        return dict(op[1])
+        return op_attrs(op[1])
 
     def shape(self, value):
         return self.eg.shape[self.eg.find(value)]
@@ -454,9 +468,7 @@ def saturate(eg: EGraph, rewrites: list, limits: Limits, log=None) -> Stats:
                 break
         if chains and _extend_chains(eg, view, chains, st, limits, t0 + limits.time_s, old):
             changed = True
-        # the cleanup's exact identities (not rules), so extraction sees what cleanup would write
-        if eg.num_nodes() < limits.nodes and fuse_trees(eg, idx, st):
-            changed = True
+        # the cleanup's exact identity (not a rule), so extraction sees what cleanup would write
         if eg.num_nodes() < limits.nodes and lift_elementwise(eg, idx, st, limits.nodes):
             changed = True
         eg.rebuild()
@@ -591,32 +603,6 @@ def lift_elementwise(eg: EGraph, idx: Index, st: Stats, limit: int) -> bool:
             if eg.union(out, piece):
                 changed = True
                 st.lifted += 1
-    return changed
-
-
-def fuse_trees(eg: EGraph, idx: Index, st: Stats) -> bool:
-    """Add the exact identity of the cleanup pass ``taso-fuse-concat-trees`` for the round's concats: a
-    concat of a concat on the same axis is one concat of all the pieces (at most ``specs.MAX_ARITY``).
-    TASO's rules concat two tensors, so batching k leaves a chain of k - 1 concats, which cleanup writes
-    as one; extraction can now choose that one. (Split trees, the other half of that pass, are priced
-    by the extraction instead: ``extract.total``; as e-nodes, their many equivalent bracketings made
-    the integer program too slow.) Returns whether the e-graph changed."""
-    changed = False
-    for op in idx.by_kind.get("concat", ()):
-        axis = dict(op[1]).get("axis")
-        out = eg.result_class(op, 0)
-        kids = [eg.find(k) for k in op[2]]
-        for p, k in enumerate(kids):
-            for n in list(eg.members.get(k, ())):
-                if n[0] != "concat" or n[3] != 0 or dict(n[1]).get("axis") != axis:
-                    continue
-                pieces = kids[:p] + [eg.find(x) for x in n[2]] + kids[p + 1:]
-                if len(pieces) > specs.MAX_ARITY or out is None:
-                    continue
-                made = eg.add_op("concat", op[1], tuple(pieces), [eg.shape[eg.find(out)]], eg.dtype[eg.find(out)])
-                if eg.union(out, made[0]):
-                    changed = True
-                    st.fused += 1
     return changed
 
 

@@ -66,7 +66,7 @@ def search(f: ir.Operation, st: FuncState, lim: E.Limits = None, ilp_time: float
     new_ops = write(f, eg, ex, g0, mops, original, cls) if better else 0
     return {
         "enodes": eg.num_nodes(), "eclasses": len(eg.classes()), "iterations": stats.iterations,
-        "stop": stats.stop, "matches": stats.matches, "applied": stats.applied, "fused": stats.fused,
+        "stop": stats.stop, "matches": stats.matches, "applied": stats.applied,
         "lifted": stats.lifted, "saturation_s": round(stats.time_s, 3),
         "extraction": ex.method, "status": ex.status, "cost_ms": ex.cost, "bound_ms": ex.bound,
         "gap": ex.gap, "cycle_cuts": ex.cuts, "blocked": blocked, "solve_s": round(ex.solve_s, 3), "new_ops": new_ops,
@@ -79,7 +79,7 @@ def _op_key(eg: E.EGraph, n: T.Node, nid: int, cls: dict) -> tuple:
     if n.kind == "arg" or n.kind.startswith("other:") or n.kind == "weight":
         attrs = (("@node", nid),) + tuple(n.attrs)
     else:
-        attrs = n.attrs
+        attrs = E.key_attrs(n.kind, n.attrs, n.operands, list(n.shapes) or [None])
     return eg.canon((n.kind, attrs, tuple(cls[v] for v in n.operands), 0))[:3]
 
 
@@ -119,7 +119,7 @@ def write(f: ir.Operation, eg: E.EGraph, ex: X.Extraction, g0: T.TGraph, mops: l
                 types.append(ir.RankedTensorType.get(list(eg.shape[r]), et))
                 j += 1
             with ir.InsertionPoint(ret), ret.location:
-                o = create_taso_op(kind, operands, types, dict(attrs), loc=ret.location)
+                o = create_taso_op(kind, operands, types, E.op_attrs(attrs), loc=ret.location)
             results = list(o.results)
             made += 1
         for j, r in enumerate(results):
@@ -136,7 +136,7 @@ def write(f: ir.Operation, eg: E.EGraph, ex: X.Extraction, g0: T.TGraph, mops: l
 
 def _round(rep: dict) -> dict:
     return {k: rep[k] for k in ("input_cost_ms", "cost_ms", "enodes", "saturation_s", "solve_s", "status", "cycle_cuts",
-                                "blocked", "matches", "applied", "fused", "lifted", "stop", "written")}
+                                "blocked", "matches", "applied", "lifted", "stop", "written")}
 
 
 def _run(st: FuncState) -> None:
@@ -153,7 +153,7 @@ def _run(st: FuncState) -> None:
                      min(float(st.opts.get("eqsat-ilp-time", 30.0)), max(0.5, left)), bar=rep["cost_ms"])
         rounds.append(_round(rep))
     rep["round_costs"] = rounds
-    for k in ("saturation_s", "solve_s", "matches", "applied", "fused", "lifted"):
+    for k in ("saturation_s", "solve_s", "matches", "applied", "lifted"):
         rep[k] = round(sum(r[k] for r in rounds), 3)
     rep["time_s"] = round(time.monotonic() - t0, 3)
     st.count("eqsat_ops_created", rep["new_ops"])

@@ -104,7 +104,7 @@ class Costs:
                         break
                     shapes.append(eg.shape[r])
                     j += 1
-                attrs = tuple(a for a in attrs if a[0] != "@node")
+                attrs = tuple(a for a in attrs if not a[0].startswith("@"))
                 dtype = eg.dtype[eg.result_class(op, 0)] if shapes else ""
                 c = self.builder.cost(kind, attrs, ins, tuple((i, 0) for i in range(len(ins))), tuple(shapes),
                                       dtype, self.op_weight(op))
