@@ -184,7 +184,8 @@ def _run_ray(args, cfg, derive_from) -> int:
     print(summary_table(header["counts"], report["times_s"]))
     en = report["enumerate"]
     print(f"cluster: {report['workers']} workers, {report['shards']} shards, {report['buckets']} buckets; "
-          f"{report['tasks_resumed']} tasks resumed from the checkpoint, {report['tasks_timed_out']} timed out; "
+          f"{report['tasks_resumed']} tasks resumed from the checkpoint, {report['tasks_timed_out']} timed out, "
+          f"{report['shards_rebuilt_from_table']} shards rebuilt from their op tables; "
           f"enumeration {en['graphs_per_worker_second'] or 0} graphs per worker-second "
           f"(slowest shard {en['shard_seconds_max']:.1f} s); worker peak RSS {report['worker_max_rss_mb']} MB")
     print(f"wrote {len(records)} rules to {args.output} (unverified: run taso-verify)")
