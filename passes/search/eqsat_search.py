@@ -33,11 +33,7 @@ from taso_mlir.passes.search import tgraph as T
 def limits_of(opts: dict) -> E.Limits:
     return E.Limits(iterations=int(opts.get("eqsat-iterations", 4)), nodes=int(opts.get("eqsat-nodes", 20000)),
                     time_s=float(opts.get("eqsat-time", 60.0)), k_multi=int(opts.get("eqsat-k-multi", 1)),
-                    chains=_flag(opts.get("eqsat-chains", True)))
-
-
-def _flag(v) -> bool:
-    return v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes", "on")
+                    chains=bool(opts.get("eqsat-chains", True)))
 
 
 def search(f: ir.Operation, st: FuncState, lim: E.Limits = None, ilp_time: float = None,

@@ -229,10 +229,6 @@ def _highs():
     return h
 
 
-def by_class_nodes(eg: EGraph, c: int, xi: dict) -> list:
-    return [n for n in eg.members[c] if n in xi]
-
-
 def ilp(eg: EGraph, costs: Costs, roots: list, start: Optional[dict], time_limit: float = 10.0,
         max_cuts: int = 50) -> Optional[Extraction]:
     """The optimal acyclic choice (or the best found within ``time_limit``), None if the solver found no
@@ -265,7 +261,7 @@ def ilp(eg: EGraph, costs: Costs, roots: list, start: Optional[dict], time_limit
         if o[0] != "split" or not o[2]:
             continue
         k = eg.find(o[2][0])
-        same = [n for n in by_class_nodes(eg, k, xi) if n[0] == "split" and _axis(n) == _axis(o)]
+        same = [nodes[i] for i in by_class[k] if nodes[i][0] == "split" and _axis(nodes[i]) == _axis(o)]
         if same and k not in outs:
             zs.append((o, same, [u for u in readers[k] if u[:3] != o]))
     zi = {o: len(nodes) + len(ops) + i for i, (o, _s, _u) in enumerate(zs)}
