@@ -317,6 +317,28 @@ def _split(name, operand, axis, sizes, in_shape, piece_shapes):
             f'sizes = array<i64: {", ".join(map(str, sizes))}>}} : (tensor<{in_shape}xf32>) -> ({outs})')
 
 
+def _rewrite_keeps_values(text: str, feeds: list, rewrite, count: int, inspect) -> None:
+    """Parse ``text``, run ``rewrite(f)`` (it must report ``count`` rewrites), check the module verifies,
+    call ``inspect(f)`` on the result, and check that the function computes the same values as before
+    (the reference interpreter) on ``feeds``."""
+    ctx = make_context()
+    with ctx, ir.Location.unknown():
+        m = ir.Module.parse(text)
+        f = m.body.operations[0].operation
+        want = run_function(f, feeds)
+        assert rewrite(f) == count
+        assert m.operation.verify()
+        inspect(f)
+        got = run_function(f, feeds)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
+def _ops_named(f, name: str) -> list:
+    return [o.operation for o in f.regions[0].blocks[0].operations if o.operation.name == name]
+
+
 FUSE_SPLITS = f"""
 func.func @f(%x: tensor<2x12xf32>) -> (tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x3xf32>, tensor<1x5xf32>,
                                        tensor<1x5xf32>, tensor<2x5xf32>, tensor<2x2xf32>) {{
@@ -333,21 +355,12 @@ func.func @f(%x: tensor<2x12xf32>) -> (tensor<2x2xf32>, tensor<2x2xf32>, tensor<
 def test_split_trees_are_fused_where_the_piece_has_no_other_use():
     """A split of a split's piece on the same axis becomes part of it; a piece used elsewhere too
     (%a#1, %a#2) or split on another axis (%c) is left alone. The values are the same."""
-    ctx = make_context()
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(FUSE_SPLITS)
-        f = m.body.operations[0].operation
-        x = np.arange(24, dtype=np.float32).reshape(2, 12)
-        want = run_function(f, [x])
-        assert fuse_trees.fuse_split_trees(f) == 1
-        assert m.operation.verify()
-        splits = [o.operation for o in f.regions[0].blocks[0].operations if o.operation.name == "taso.split"]
-        sizes = sorted(list(ir.DenseI64ArrayAttr(s.attributes["sizes"])) for s in splits)
+    def inspect(f):
+        sizes = sorted(list(ir.DenseI64ArrayAttr(s.attributes["sizes"])) for s in _ops_named(f, "taso.split"))
         assert sizes == [[1, 1], [1, 2], [2, 2, 3, 5]], sizes
-        got = run_function(f, [x])
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        np.testing.assert_array_equal(a, b)
+
+    x = np.arange(24, dtype=np.float32).reshape(2, 12)
+    _rewrite_keeps_values(FUSE_SPLITS, [x], fuse_trees.fuse_split_trees, 1, inspect)
 
 
 SPLIT_NEST = f"""
@@ -370,23 +383,15 @@ def test_a_split_nest_on_two_axes_is_cut_in_the_order_of_fewer_splits():
     """Every piece of %a (3 pieces on axis 1) is split on axis 0 into [4, 2] and used nowhere else: cut
     on axis 0 first (2 pieces), each then on axis 1: 3 splits instead of 4, the same values. %e's nest
     is left alone (a piece used elsewhere, and on one axis)."""
-    ctx = make_context()
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(SPLIT_NEST)
-        f = m.body.operations[0].operation
-        rng = np.random.default_rng(0)
-        ins = [rng.standard_normal((6, 8)).astype(np.float32) for _ in range(2)]
-        want = run_function(f, ins)
-        assert fuse_trees.swap_split_nests(f) == 1
-        assert m.operation.verify()
-        splits = [o.operation for o in f.regions[0].blocks[0].operations if o.operation.name == "taso.split"]
+    def inspect(f):
         got = sorted((ir.IntegerAttr(s.attributes["axis"]).value, list(ir.DenseI64ArrayAttr(s.attributes["sizes"])))
-                     for s in splits)
+                     for s in _ops_named(f, "taso.split"))
         assert got == [(0, [1, 2]), (0, [3, 3]), (0, [4, 2]), (1, [2, 2, 4]), (1, [2, 2, 4])], got
         assert fuse_trees.swap_split_nests(f) == 0  # (2 pieces split in 3 is not swapped back)
-        out = run_function(f, ins)
-    for a, b in zip(out, want):
-        np.testing.assert_array_equal(a, b)
+
+    rng = np.random.default_rng(0)
+    ins = [rng.standard_normal((6, 8)).astype(np.float32) for _ in range(2)]
+    _rewrite_keeps_values(SPLIT_NEST, ins, fuse_trees.swap_split_nests, 1, inspect)
 
 
 def test_sibling_matmuls_become_one_matmul_and_one_split(tmp_path):
@@ -537,21 +542,13 @@ func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>, %c: tensor<2x3xf32>) -> (
 def test_concat_chains_are_fused_where_the_inner_concat_has_no_other_use():
     """concat(concat(a, b), c) on one axis becomes concat(a, b, c); a concat on another axis (%rows of
     %bc) or used twice is left alone. The values are the same."""
-    ctx = make_context()
-    with ctx, ir.Location.unknown():
-        m = ir.Module.parse(FUSE_CONCATS)
-        f = m.body.operations[0].operation
-        rng = np.random.default_rng(0)
-        feeds = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(3)]
-        want = run_function(f, feeds)
-        assert fuse_trees.fuse_concat_trees(f) == 1
-        assert m.operation.verify()
-        arities = sorted(len(o.operation.operands) for o in f.regions[0].blocks[0].operations
-                         if o.operation.name == "taso.concat")
+    def inspect(f):
+        arities = sorted(len(o.operands) for o in _ops_named(f, "taso.concat"))
         assert arities == [2, 2, 2, 3], arities
-        got = run_function(f, feeds)
-    for a, b in zip(got, want):
-        np.testing.assert_array_equal(a, b)
+
+    rng = np.random.default_rng(0)
+    feeds = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(3)]
+    _rewrite_keeps_values(FUSE_CONCATS, feeds, fuse_trees.fuse_concat_trees, 1, inspect)
 
 
 def test_replay_of_a_chain_that_leaves_dead_matched_ops():
