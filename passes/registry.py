@@ -154,6 +154,9 @@ def search_options() -> tuple:
         PassOption("eqsat-time", float, 60.0, "eqsat: seconds for saturation and restarts (an extraction "
             "begun within them may take eqsat-ilp-time more)",
             (lambda v: v > 0, "positive")),
+        PassOption("eqsat-matches", int, 300000, "eqsat: rule matches found in all saturations and restarts at "
+            "most (a deterministic work budget: saturation stops after the round that reaches it, and no restart "
+            "follows)", (lambda v: v >= 1, "at least 1")),
         PassOption("eqsat-k-multi", int, 1, "eqsat: rounds in which rewrites of several outputs (merges) match",
             (lambda v: 0 <= v <= 100, "between 0 and 100")),
         PassOption("eqsat-ilp-time", float, 30.0, "eqsat: seconds for each extraction's integer program (a restart's: "

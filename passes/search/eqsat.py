@@ -43,12 +43,13 @@ class Limits:
     k_multi: int = 1  # rounds in which multi-output rewrites match (TENSAT's k_multi)
     chains: bool = True  # extend each merge of two siblings by the next ones (``_extend_chains``)
     matches_per_rewrite: int = 2000  # matches of one rewrite applied per round
+    matches: int = 300_000  # matches found in all rounds: saturation stops after the round that reaches it
 
 
 @dataclass
 class Stats:
     iterations: int = 0
-    stop: str = ""  # why saturation stopped: saturated | iterations | nodes | time
+    stop: str = ""  # why saturation stopped: saturated | iterations | nodes | matches | time
     matches: int = 0  # matches found
     applied: int = 0  # of those, passing the site check and changing the e-graph
     lifted: int = 0  # elementwise ops on split pieces lifted to the whole (``lift_elementwise``)
@@ -292,6 +293,12 @@ class Index:
         self.by_kind: dict = defaultdict(dict)  # kind -> op keys (dicts as ordered sets: deterministic)
         self.of_class: dict = defaultdict(list)  # (class, kind, result index) -> op keys
         self.users: dict = defaultdict(dict)  # (operand class, kind) -> op keys
+        kinds: dict = defaultdict(set)  # class -> the kinds of its e-nodes
+        for n, c in eg.memo.items():
+            kinds[eg.find(c)].add(n[0])
+        #: (kind of an e-node, kind of an e-node in one of its operand classes): a rewrite whose source
+        #: has an edge not among these has no match (``Matcher.edges``)
+        self.edges: set = {(n[0], k) for n in eg.memo for kid in set(n[2]) for k in kinds[eg.find(kid)]}
         for n, c in eg.memo.items():
             kind = n[0]
             if kind not in specs.SPECS:
@@ -318,6 +325,10 @@ class Matcher:
         self.roots = [k for k in range(len(src.ops)) if k not in read]
         #: per root: its operands that are variables (where one is bound, its users are the candidates)
         self.root_vars = {k: [r for r, pr in zip(src.ops[k].operands, self.refs[k]) if pr is None] for k in self.roots}
+        #: (reader kind, producer kind) of every edge between two source ops: a match needs each of them
+        #: among the e-graph's (``Index.edges``); most rewrites that match nothing fail this test
+        self.edges = frozenset((op.name, src.ops[pr[0]].name) for op, refs in zip(src.ops, self.refs)
+                               for pr in refs if pr is not None)
 
     def matches(self, eg: EGraph, idx: Index, cap: int, near: Optional[dict] = None,
                 deadline: float = math.inf, first: Optional[dict] = None):
@@ -439,7 +450,7 @@ def saturate(eg: EGraph, rewrites: list, limits: Limits, log=None) -> Stats:
         for rw, m in matchers:  # read: every rewrite's matches in the e-graph as the round began
             if len(rw.src.outputs) > 1 and it >= limits.k_multi:
                 continue
-            if not RB.kinds_ok(rw, present):
+            if not RB.kinds_ok(rw, present) or not m.edges <= idx.edges:
                 continue
             found = m.matches(eg, idx, limits.matches_per_rewrite, near, t0 + limits.time_s)
             st.matches += len(found)
@@ -477,6 +488,9 @@ def saturate(eg: EGraph, rewrites: list, limits: Limits, log=None) -> Stats:
             log(f"iteration {it + 1}: {eg.num_nodes()} e-nodes, {len(eg.classes())} e-classes")
         if eg.num_nodes() >= limits.nodes:
             st.stop = "nodes"
+            break
+        if st.matches >= limits.matches:
+            st.stop = "matches"
             break
         if time.monotonic() - t0 > limits.time_s:
             st.stop = "time"

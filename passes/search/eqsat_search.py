@@ -33,7 +33,7 @@ from taso_mlir.passes.search import tgraph as T
 def limits_of(opts: dict) -> E.Limits:
     return E.Limits(iterations=int(opts.get("eqsat-iterations", 4)), nodes=int(opts.get("eqsat-nodes", 20000)),
                     time_s=float(opts.get("eqsat-time", 60.0)), k_multi=int(opts.get("eqsat-k-multi", 1)),
-                    chains=bool(opts.get("eqsat-chains", True)))
+                    chains=bool(opts.get("eqsat-chains", True)), matches=int(opts.get("eqsat-matches", 300_000)))
 
 
 def search(f: ir.Operation, st: FuncState, lim: E.Limits = None, ilp_time: float = None,
@@ -141,13 +141,15 @@ def _run(st: FuncState) -> None:
     t0 = time.monotonic()
     rep = search(st.f, st, lim)
     rounds = [_round(rep)]
+    matches = rep["matches"]
     for _ in range(restarts):
-        if not rep["written"] or time.monotonic() - t0 > lim.time_s:
+        if not rep["written"] or matches >= lim.matches or time.monotonic() - t0 > lim.time_s:
             break
         left = max(0.1, lim.time_s - (time.monotonic() - t0))
-        rep = search(st.f, st, dataclasses.replace(lim, time_s=left),
+        rep = search(st.f, st, dataclasses.replace(lim, time_s=left, matches=lim.matches - matches),
                      min(float(st.opts.get("eqsat-ilp-time", 30.0)), max(0.5, left)), bar=rep["cost_ms"])
         rounds.append(_round(rep))
+        matches += rep["matches"]
     rep["round_costs"] = rounds
     for k in ("saturation_s", "solve_s", "matches", "applied", "lifted"):
         rep[k] = round(sum(r[k] for r in rounds), 3)

@@ -141,6 +141,45 @@ def test_limits_are_honoured(tmp_path):
     assert r["eqsat"]["enodes"] < 30 + 20  # (the rewrite that crossed the limit finishes)
     assert r["cost_after_ms"] <= r["cost_before_ms"]
     _same_numbers(tmp_path, r["src"], r["out"])
+    # the work budget (matches found, over all saturations and restarts) is deterministic: the round
+    # that reaches it finishes, and no restart follows
+    full = _search(tmp_path, "merge_four_matmuls", "strategy=eqsat eqsat-chains=false eqsat-restarts=4")
+    assert len(full["eqsat"]["round_costs"]) >= 2
+    first = full["eqsat"]["round_costs"][0]["matches"]
+    r = _search(tmp_path, "merge_four_matmuls", f"strategy=eqsat eqsat-chains=false eqsat-restarts=4 "
+                f"eqsat-matches={first}")
+    assert r["eqsat"]["stop"] == "matches" and len(r["eqsat"]["round_costs"]) == 1
+    assert r["eqsat"]["round_costs"][0]["cost_ms"] == full["eqsat"]["round_costs"][0]["cost_ms"]
+    _same_numbers(tmp_path, r["src"], r["out"])
+
+
+@pytest.mark.parametrize("name", ["fire_merge", "merge_four_matmuls", "qkv_3d", "merge_biased_linears",
+                                  "lift_over_splits", "heads", "gathers_to_split"])
+def test_the_edge_filter_skips_only_rewrites_that_match_nothing(name):
+    """Saturation skips a rewrite whose source has an edge (reader kind, producer kind) that no e-node
+    of the e-graph has: on each e-graph of two rounds, every rewrite it would skip has no match, and it
+    skips some (most rewrites match nothing)."""
+    from taso_mlir.dialect.context import make_context
+    from taso_mlir.dialect.mlir import ir
+    from taso_mlir.passes.cost.oracle import get_cost_model
+    from taso_mlir.passes.search import taso_search
+    from taso_mlir.passes.search import tgraph as T
+
+    rws = taso_search.rewrites()
+    with make_context(), ir.Location.unknown():
+        m = ir.Module.parse(_chunk(name))
+        g, _ = T.from_function(m.body.operations[0].operation, T.Builder(get_cost_model("analytic")))
+    eg, _cls = E.from_graph(g)
+    skipped = 0
+    for _round in range(2):
+        idx = E.Index(eg)
+        for rw in rws:
+            mt = E.Matcher(rw)
+            if not mt.edges <= idx.edges:
+                skipped += 1
+                assert mt.matches(eg, idx, 10**6) == [], rw.id
+        E.saturate(eg, rws, E.Limits(iterations=1))
+    assert skipped > len(rws) // 4
 
 
 # ---------------------------------------------------------------------------------------------
