@@ -325,6 +325,11 @@ class Matcher:
         self.roots = [k for k in range(len(src.ops)) if k not in read]
         #: per root: its operands that are variables (where one is bound, its users are the candidates)
         self.root_vars = {k: [r for r, pr in zip(src.ops[k].operands, self.refs[k]) if pr is None] for k in self.roots}
+        #: per source op, its concrete (non-symbolic) numeric attributes: an op whose attribute differs
+        #: is not a match (a quick filter: ``check_local`` checks all of them at the site's shapes)
+        self.need = [{a: v for a, v in op.attrs if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                     for op in src.ops]
+        self.agree: dict = {}  # (source op, attributes) -> whether they agree (``need``)
         #: (reader kind, producer kind) of every edge between two source ops: a match needs each of them
         #: among the e-graph's (``Index.edges``); most rewrites that match nothing fail this test
         self.edges = frozenset((op.name, src.ops[pr[0]].name) for op, refs in zip(src.ops, self.refs)
@@ -337,6 +342,7 @@ class Matcher:
         op, by kind, whatever the number of roots."""
         src = self.rw.src
         refs = self.refs
+        need, agree = self.need, self.agree
         if first is None:
             first = near if (near is not None and len(self.roots) == 1) else idx.by_kind
         out = []
@@ -353,8 +359,12 @@ class Matcher:
             rop = src.ops[k]
             if eg.nres.get(op, 1) != rop.num_results or len(op[2]) != len(rop.operands):
                 return
-            if rop.attrs and not _attrs_agree(rop, op[1]):
-                return
+            if need[k]:
+                ok = agree.get((k, op[1]))
+                if ok is None:
+                    ok = agree[(k, op[1])] = all(need[k].get(a, v) == v for a, v in op[1])
+                if not ok:
+                    return
             for kids in RB.operand_orders(rop.name, op[2]):
                 ops2 = list(ops)
                 ops2[k] = op
@@ -417,16 +427,6 @@ class Matcher:
 
 class _OutOfTime(Exception):
     pass
-
-
-def _attrs_agree(rop: G.Op, have: tuple) -> bool:
-    """The rule's concrete (non-symbolic) attributes equal the op's (a quick filter: check_local checks
-    all of them at the site's shapes)."""
-    h = dict(have)
-    for k, v in rop.attrs:
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and k in h and h[k] != v:
-            return False
-    return True
 
 
 def saturate(eg: EGraph, rewrites: list, limits: Limits, log=None) -> Stats:
@@ -659,7 +659,7 @@ def _apply(eg: EGraph, view: EView, rw: RB.Rewrite, ops: list, b: dict, st: Stat
             shapes = dict(RB.site_env(rw, view, ops))
             for v, c in b.items():
                 shapes[v] = tuple(eg.shape[eg.find(c)])
-            dst = RB.dst_op_attrs(rw, shapes)
+            dst = [(T.attrs_tuple(full), [tuple(s) for s in outs]) for full, outs in RB.dst_op_attrs(rw, shapes)]
         memo = _LOCAL[key] = (why, dst)
     why, dst = memo
     if why is not None:
@@ -667,14 +667,14 @@ def _apply(eg: EGraph, view: EView, rw: RB.Rewrite, ops: list, b: dict, st: Stat
         return False
     dtype = eg.dtype[eg.find(next(iter(b.values())))] if b else eg.dtype[eg.result_class(ops[0], 0)]
     made: list = []
-    for (full, outs), dop in zip(dst, rw.dst.ops):
+    for (attrs, outs), dop in zip(dst, rw.dst.ops):
         kids = []
         for ref in dop.operands:
             pr = G.parse_ref(ref)
             kids.append(b[ref] if pr is None else made[pr[0]][pr[1]])
-        made.append(eg.add_op(dop.name, T.attrs_tuple(full), tuple(kids), [tuple(s) for s in outs], dtype))
+        made.append(eg.add_op(dop.name, attrs, tuple(kids), outs, dtype))
         if made_ops is not None:
-            made_ops.append((dop.name, T.attrs_tuple(full), tuple(kids)))
+            made_ops.append((dop.name, attrs, tuple(kids)))
     changed = False
     for rs, rd in zip(rw.src.outputs, rw.dst.outputs):
         k, j = G.parse_ref(rs)
