@@ -325,10 +325,10 @@ class Matcher:
         self.roots = [k for k in range(len(src.ops)) if k not in read]
         #: per root: its operands that are variables (where one is bound, its users are the candidates)
         self.root_vars = {k: [r for r, pr in zip(src.ops[k].operands, self.refs[k]) if pr is None] for k in self.roots}
-        #: per source op, its concrete (non-symbolic) numeric attributes: an op whose attribute differs
-        #: is not a match (a quick filter: ``check_local`` checks all of them at the site's shapes)
-        self.need = [{a: v for a, v in op.attrs if isinstance(v, (int, float)) and not isinstance(v, bool)}
-                     for op in src.ops]
+        #: per source op, its concrete attributes (numbers, and strings of a string attribute's choices,
+        #: such as an activation; not a symbolic stride or a pads mode): an op whose attribute differs is
+        #: not a match (a quick filter: ``check_local`` checks all of them at the site's shapes)
+        self.need = [{a: v for a, v in op.attrs if _concrete(op.name, a, v)} for op in src.ops]
         self.agree: dict = {}  # (source op, attributes) -> whether they agree (``need``)
         #: (reader kind, producer kind) of every edge between two source ops: a match needs each of them
         #: among the e-graph's (``Index.edges``); most rewrites that match nothing fail this test
@@ -427,6 +427,15 @@ class Matcher:
 
 class _OutOfTime(Exception):
     pass
+
+
+def _concrete(kind: str, attr: str, v) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, (int, float)):
+        return True
+    a = next((a for a in specs.spec(kind).attrs if a.name == attr), None) if kind in specs.SPECS else None
+    return isinstance(v, str) and a is not None and a.kind == "str" and v in (a.choices or ())
 
 
 def saturate(eg: EGraph, rewrites: list, limits: Limits, log=None) -> Stats:
