@@ -161,25 +161,33 @@ class EGraph:
         Returns the number of e-nodes blocked."""
         n_blocked = 0
         done: set = set()  # classes from which no cycle is reachable (blocking only removes edges: they stay so)
+        classes = self.classes()
+        edges: dict = {}  # class -> its e-nodes' edges, blocked ones included (filtered as they are read)
         while True:
-            cycle = self._cycle(done)
+            cycle = self._cycle(done, classes, edges)
             if not cycle:
                 return n_blocked
             self.blocked.add(max(cycle, key=lambda n: self.age.get(n, 0)))
             n_blocked += 1
 
-    def _edges(self, c: int) -> list:
-        return [(n, self.find(k)) for n in sorted(self.members[c], key=repr) if n not in self.blocked for k in n[2]]
+    def _edges(self, c: int, cache: Optional[dict] = None) -> list:
+        every = cache.get(c) if cache is not None else None
+        if every is None:
+            every = [(n, self.find(k)) for n in sorted(self.members[c], key=repr) for k in n[2]]
+            if cache is not None:
+                cache[c] = every
+        return [(n, k) for n, k in every if n not in self.blocked]
 
-    def _cycle(self, done: Optional[set] = None) -> list:
+    def _cycle(self, done: Optional[set] = None, classes: Optional[list] = None, cache: Optional[dict] = None) -> list:
         """The e-nodes of one cycle (each leads from its class to the next one's), or []. ``done``: classes
-        known to reach no cycle, skipped, and added to as more are found."""
+        known to reach no cycle, skipped, and added to as more are found; ``classes`` and ``cache`` (of
+        ``_edges``): as the e-graph is, while only ``blocked`` changes."""
         color: dict = dict.fromkeys(done, 2) if done is not None else {}  # class -> 1 on the stack, 2 done
-        for start in self.classes():
+        for start in classes if classes is not None else self.classes():
             if start in color:
                 continue
             color[start] = 1
-            stack = [[start, self._edges(start), 0]]
+            stack = [[start, self._edges(start, cache), 0]]
             via: list = []  # via[i]: the e-node that led from stack[i] to stack[i + 1]
             while stack:
                 frame = stack[-1]
@@ -200,7 +208,7 @@ class EGraph:
                 if k not in color:
                     color[k] = 1
                     via.append(n)
-                    stack.append([k, self._edges(k), 0])
+                    stack.append([k, self._edges(k, cache), 0])
         return []
 
     def num_nodes(self) -> int:
@@ -429,6 +437,16 @@ class _OutOfTime(Exception):
     pass
 
 
+_MATCHERS: dict = {}  # id(rewrite) -> (the rewrite, its matcher): built once a process, kept with their caches
+
+
+def matcher(rw: RB.Rewrite) -> Matcher:
+    hit = _MATCHERS.get(id(rw))
+    if hit is None or hit[0] is not rw:
+        hit = _MATCHERS[id(rw)] = (rw, Matcher(rw))
+    return hit[1]
+
+
 def _concrete(kind: str, attr: str, v) -> bool:
     if isinstance(v, bool):
         return False
@@ -442,7 +460,7 @@ def saturate(eg: EGraph, rewrites: list, limits: Limits, log=None) -> Stats:
     st = Stats()
     t0 = time.monotonic()
     view = EView(eg)
-    matchers = [(rw, Matcher(rw)) for rw in rewrites]
+    matchers = [(rw, matcher(rw)) for rw in rewrites]
     seen: set = set()  # matches tried (applied, or refused by the site check), canonical
     depth = max((len(rw.src.ops) for rw in rewrites), default=1)
     eg.take_dirty()
