@@ -71,6 +71,7 @@ class EGraph:
         self.dirty: set = set()  # classes made or merged since ``take_dirty``
         self.age: dict = {}  # e-node -> when it was added (its rank)
         self.blocked: set = set()  # e-nodes extraction may not choose (``filter_cycles``)
+        self.sigs: dict = {}  # op key -> (its attributes, its result shapes): the site check memo's key (``_apply``)
 
     # ---- union-find
     def find(self, c: int) -> int:
@@ -676,8 +677,12 @@ def _near(eg: EGraph, dirty: set, depth: int) -> dict:
 
 def _apply(eg: EGraph, view: EView, rw: RB.Rewrite, ops: list, b: dict, st: Stats,
            made_ops: Optional[list] = None) -> bool:
+    sigs = eg.sigs
+    for op in ops:
+        if op not in sigs:  # (an op's result shapes never change: its key names its operands' classes)
+            sigs[op] = (op[1], tuple(eg.shape[view.result(op, j)] for j in range(view.num_results(op))))
     key = (rw.memo_key, tuple((v, eg.shape[eg.find(c)], eg.dtype[eg.find(c)]) for v, c in b.items()),
-           tuple((op[1], tuple(eg.shape[view.result(op, j)] for j in range(view.num_results(op)))) for op in ops))
+           tuple(sigs[op] for op in ops))
     memo = _LOCAL.get(key)
     if memo is None:
         why = RB.check_local(rw, view, ops, b)
