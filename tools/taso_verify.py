@@ -2,6 +2,7 @@
 
     taso-verify rules.jsonl -o proved.jsonl --timeout 2 --jobs 2
     taso-verify --in-place                          # the packaged library
+    taso-verify rules.jsonl --cluster ray -o proved.jsonl   # proofs and shape fuzzing as Ray tasks
 
 Every axiom is first checked on concrete shapes against the reference semantics, its Z3 shape conditions
 against the specs' type-checking (a failing axiom stops the run). Each rule is then proved per mapped
@@ -41,35 +42,66 @@ def _main(argv) -> int:
     ap.add_argument("-o", "--output", help="where to write the rules with their proof results")
     ap.add_argument("--in-place", action="store_true", help="rewrite the rules file itself (atomically)")
     ap.add_argument("--timeout", type=float, default=2.0, help="seconds per rule (default 2)")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: all cores)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                    help="worker processes (default: all cores); with --cluster ray, the local Ray runtime's CPUs")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     ap.add_argument("--seed", type=int, default=0, help="random seed of the shape fuzzing")
     ap.add_argument("--show", metavar="ID[,ID...]", default=None,
                     help="print these rules (ids as in a report: R0091, or R0091f for one direction) with "
                          "their proofs, from the file given or every shipped file; nothing is proved or written")
+    dist = ap.add_argument_group("distributed verification (Ray: pip install 'taso-mlir[distributed]')")
+    dist.add_argument("--cluster", metavar="ray|ray://HOST:PORT", default=None,
+                      help="run the proofs and the shape fuzzing as Ray tasks, one worker per CPU: 'ray' starts a "
+                           "local Ray runtime of --jobs workers, ray://HOST:PORT uses a running cluster (its Ray "
+                           "Client port; every node needs taso-mlir[distributed] of the same version); each rule "
+                           "keeps its --timeout and its hard budget of 2 x timeout + 5 s; the results are a local "
+                           "run's")
     args = ap.parse_args(argv)
     if args.show is not None:
         return _show(args.rules, args.show)
-    from ..generator import graph as G
     from ..generator import library
-    import numpy as np
-
-    from ..generator.candidates import shape_fuzz
-    from ..verifier.prove import generalize_strides, has_unit_strides, prove_many
-    from ..verifier.validate import validate_all
-    from ..verifier.axioms import AXIOMS
     if args.output is None and not args.in_place:
         raise TasoError("give -o FILE or --in-place")
     if args.timeout <= 0 or args.jobs < 1:
         raise TasoError("--timeout must be positive and --jobs at least 1")
+    if args.cluster is not None and not (args.cluster == "ray" or args.cluster.startswith("ray://")):
+        raise TasoError(f"--cluster {args.cluster}: give 'ray' (a local Ray runtime) or ray://HOST:PORT")
     path = args.rules or str(library.default_path())
     try:
         header, records = library.read(path)
     except library.LibraryError as e:
         raise TasoError(str(e)) from None
     out = path if args.in_place else args.output
+    if args.cluster is None:
+        return _verify(args, header, records, out, None)
+    from ..generator.distributed import DistributedError
+    from ..verifier.distributed import Pool
+    try:  # one Ray runtime and one set of workers for the whole run
+        with Pool(None if args.cluster == "ray" else args.cluster, args.jobs) as pool:
+            return _verify(args, header, records, out, pool)
+    except DistributedError as e:
+        raise TasoError(str(e)) from None
+
+
+def _verify(args, header: dict, records: list, out: str, pool) -> int:
+    """Validate the axioms, prove, generalize strides, fuzz and write; on ``pool``'s Ray workers
+    (``verifier.distributed.Pool``) or, None, in ``--jobs`` local processes."""
+    from ..dialect.errors import TasoError
+    from ..generator import graph as G
+    from ..generator import library
+    from ..verifier.distributed import fuzz_rule
+    from ..verifier.prove import generalize_strides, has_unit_strides, prove_many
+    from ..verifier.validate import validate_all
+    from ..verifier.axioms import AXIOMS
     from tqdm import tqdm
     quiet = args.no_progress
+    jobs = args.jobs if pool is None else pool.workers
+    how = f"{jobs} jobs" if pool is None else f"{jobs} Ray workers"
+
+    def prove(pairs, names, progress):
+        if pool is None:
+            return prove_many(pairs, timeout_s=args.timeout, jobs=args.jobs, progress=progress)
+        return pool.prove_many(pairs, args.timeout, progress=progress, names=names)
 
     # 1. axiom validation
     t0 = time.perf_counter()
@@ -90,15 +122,14 @@ def _main(argv) -> int:
     ranks = [{v: len(shape) for v, (shape, _kind) in r["inputs"].items()} for r in records]
     before = {r["id"]: (r.get("proof") or {}).get("status", "unverified") for r in records}
     t1 = time.perf_counter()
-    bar = tqdm(total=len(pairs), desc=f"proving ({args.jobs} jobs)", unit="rule", file=sys.stderr, disable=quiet)
+    bar = tqdm(total=len(pairs), desc=f"proving ({how})", unit="rule", file=sys.stderr, disable=quiet)
     status = collections.Counter()
 
     def tick(res):
         status[res["status"]] += 1
         bar.set_postfix(proved=status["proved"], other=sum(status.values()) - status["proved"])
         bar.update(1)
-    results = prove_many([(a, b, rk) for (a, b), rk in zip(pairs, ranks)], timeout_s=args.timeout, jobs=args.jobs,
-                         progress=tick)
+    results = prove([(a, b, rk) for (a, b), rk in zip(pairs, ranks)], [r["id"] for r in records], tick)
     bar.close()
     # 2b. stride generalization: a proved rule whose window ops have stride 1 is proved again with one
     # symbolic stride shared by all of them; where that proves too, the rule is stated with it
@@ -106,8 +137,8 @@ def _main(argv) -> int:
             if res["status"] == "proved" and (has_unit_strides(a) or has_unit_strides(b))]
     bar = tqdm(total=len(todo), desc="generalizing strides", unit="rule", file=sys.stderr, disable=quiet)
     generalized = [(generalize_strides(pairs[i][0]), generalize_strides(pairs[i][1])) for i in todo]
-    general = prove_many([(a, b, ranks[i]) for i, (a, b) in zip(todo, generalized)], timeout_s=args.timeout,
-                         jobs=args.jobs, progress=lambda res: bar.update(1))
+    general = prove([(a, b, ranks[i]) for i, (a, b) in zip(todo, generalized)],
+                    [records[i]["id"] + " (symbolic stride)" for i in todo], lambda res: bar.update(1))
     bar.close()
     for i, (a, b) in enumerate(pairs):  # (a file whose rules are stated with a symbolic stride already)
         if results[i]["status"] == "proved" and G.has_symbolic_stride(a, b):
@@ -125,11 +156,22 @@ def _main(argv) -> int:
     bar = tqdm(total=len(proved), desc="shape fuzzing", unit="rule", file=sys.stderr, disable=quiet)
     n_fuzzed = n_refuted = 0
     fuzz_stats: dict = {}
-    for i in proved:
-        r = records[i]
-        a, b = G.Graph.from_json(r["src"]), G.Graph.from_json(r["dst"])
-        inputs = {v: (tuple(shape), kind) for v, (shape, kind) in r["inputs"].items()}
-        n, bad = shape_fuzz(a, b, inputs, np.random.default_rng(args.seed + i), stats=fuzz_stats)
+
+    def fuzzed():
+        """(rule index, shapes compared, where the sides disagree or None, its counters) per proved rule, in
+        order; each rule's comparisons independent of the rules fuzzed before it (``fuzz_rule``)"""
+        items = [(i, records[i]["src"], records[i]["dst"],
+                  {v: (tuple(shape), kind) for v, (shape, kind) in records[i]["inputs"].items()}) for i in proved]
+        if pool is not None:  # (each rule on its own, as here: the same comparisons on any worker)
+            yield from pool.shape_fuzz(items, args.seed, progress=lambda: bar.update(1),
+                                       names={i: records[i]["id"] for i in proved})
+            return
+        for i, src, dst, inputs in items:
+            yield (i, *fuzz_rule(src, dst, inputs, args.seed + i))
+            bar.update(1)
+    for i, n, bad, stats in fuzzed():
+        for k, v in stats.items():
+            fuzz_stats[k] = fuzz_stats.get(k, 0) + v
         n_fuzzed += n
         if bad is not None:
             n_refuted += 1
@@ -138,7 +180,6 @@ def _main(argv) -> int:
             results[i] = {"status": "refuted", "time_s": results[i]["time_s"], "axioms": [],
                           "reason": "proved from the axioms but the sides differ numerically at "
                                     f"{json.dumps(bad)}"}
-        bar.update(1)
     bar.close()
     elapsed = time.perf_counter() - t1
     n_general = sum(res["status"] == "proved" and bool(res.get("generalized")) for res in results)
@@ -155,7 +196,7 @@ def _main(argv) -> int:
                for r in records if before[r["id"]] != r["proof"]["status"]]
     prev = header.get("verification", {})
     header["verification"] = {
-        "timeout_s": args.timeout, "jobs": args.jobs, "time_s": round(elapsed, 1),
+        "timeout_s": args.timeout, "jobs": jobs, "time_s": round(elapsed, 1),
         "status": dict(sorted(status.items())), "axioms_validated": len(reports), "axiom_obligations": n_obl,
         "stride_generalized": n_general,
         "shape_fuzz": {"compared": n_fuzzed, "refuted": n_refuted, **fuzz_stats},
@@ -182,7 +223,10 @@ def _main(argv) -> int:
           f"shapes the specs refused); {n_refuted} proved rule(s) refuted")
     if times:
         print(f"proof time: median {times[len(times) // 2] * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms; "
-              f"total {elapsed:.1f} s with {args.jobs} jobs")
+              f"total {elapsed:.1f} s with {how}")
+    if pool is not None:
+        print(f"cluster: {pool.workers} Ray workers; {pool.timeouts} task(s) killed past their time budget (their "
+              f"rules run again one per task), {pool.retried} submitted again after their worker died")
     unused = [a.name for a in AXIOMS if a.name not in axiom_use]
     print("axioms used by proofs (rules): " + ", ".join(f"{k} {v}" for k, v in axiom_use.most_common()))
     if unused:
