@@ -5,6 +5,7 @@
     taso-gen --family base-n4 --derive-from rules.jsonl -o rules-n4.jsonl
     taso-gen --family conv-bias -o rules-conv-bias.jsonl
     taso-gen --family base-n4 --cluster ray --checkpoint ck/ -o rules-n4.jsonl   # on Ray, resumable
+    taso-gen --max-ops 5 --ops matmul,ewadd,transpose --cluster ray --verify -o r5.jsonl   # and prove on Ray
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ def _main(argv) -> int:
     ap.add_argument("-o", "--output", required=True, help="rules file to write (JSON Lines)")
     ap.add_argument("--seed", type=int, default=None, help="random seed for the fingerprint inputs")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--verify", action="store_true",
+                    help="then prove the rules written (taso-verify OUTPUT --in-place, with the same --jobs and "
+                         "--cluster: on Ray, the proofs and the shape fuzzing are Ray tasks too)")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="with --verify: seconds per rule for Z3 (taso-verify's --timeout; default 2)")
     ap.add_argument("--ops", metavar="OP[,OP...]", default=None,
                     help="enumerate only these operators (e.g. matmul,ewadd,transpose,concat,split; default: the "
                          "family's)")
@@ -97,6 +103,10 @@ def _main(argv) -> int:
         raise TasoError(f"--cluster {args.cluster}: give 'ray' (a local Ray runtime) or ray://HOST:PORT")
     if args.task_timeout is not None and args.task_timeout <= 0:
         raise TasoError("--task-timeout must be positive")
+    if args.timeout is not None and not args.verify:
+        raise TasoError("--timeout needs --verify")
+    if args.timeout is not None and args.timeout <= 0:
+        raise TasoError("--timeout must be positive")
     family = FAMILIES[args.family]
     if args.max_ops is None:
         args.max_ops = family.max_ops
@@ -135,7 +145,17 @@ def _main(argv) -> int:
                                          f"{', '.join(family.ops or ENUMERATED_OPS)})" if bad else "give operators"))
         cfg = dataclasses.replace(cfg, ops=ops)
     if args.cluster is not None:
-        return _run_ray(args, cfg, derive_from)
+        from ..generator import distributed
+        try:  # one runtime for the generation and, with --verify, the proofs
+            ray, owned = distributed.connect(None if args.cluster == "ray" else args.cluster, args.jobs)
+        except distributed.DistributedError as e:
+            raise TasoError(str(e)) from None
+        try:
+            _run_ray(args, cfg, derive_from)
+            return _verify(args)
+        finally:
+            if owned:
+                ray.shutdown()
     total = pipeline.base_op_count(cfg)
     bar = None
     if not args.no_progress:
@@ -159,8 +179,20 @@ def _main(argv) -> int:
             b.close()
     library.write(args.output, header, records)
     print(summary_table(header["counts"], header["times_s"]))
-    print(f"wrote {len(records)} rules to {args.output} (unverified: run taso-verify)")
-    return 0
+    print(f"wrote {len(records)} rules to {args.output}" + ("" if args.verify else " (unverified: run taso-verify)"))
+    return _verify(args)
+
+
+def _verify(args) -> int:
+    """--verify: taso-verify on the file just written, in place, with the run's --jobs and --cluster (on
+    the Ray runtime the generation ran on)."""
+    if not args.verify:
+        return 0
+    from . import taso_verify
+    argv = [args.output, "--in-place", "--jobs", str(args.jobs), "--timeout", str(args.timeout or 2.0)]
+    argv += ["--cluster", args.cluster] if args.cluster is not None else []
+    argv += ["--no-progress"] if args.no_progress else []
+    return taso_verify._main(argv)
 
 
 def _run_ray(args, cfg, derive_from) -> int:
@@ -188,7 +220,7 @@ def _run_ray(args, cfg, derive_from) -> int:
           f"{report['shards_rebuilt_from_table']} shards rebuilt from their op tables; "
           f"enumeration {en['graphs_per_worker_second'] or 0} graphs per worker-second "
           f"(slowest shard {en['shard_seconds_max']:.1f} s); worker peak RSS {report['worker_max_rss_mb']} MB")
-    print(f"wrote {len(records)} rules to {args.output} (unverified: run taso-verify)")
+    print(f"wrote {len(records)} rules to {args.output}" + ("" if args.verify else " (unverified: run taso-verify)"))
     return 0
 
 

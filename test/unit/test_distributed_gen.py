@@ -155,6 +155,8 @@ def test_resume_after_an_interrupt_gives_the_same_file(tmp_path):
     (["--cluster", "ray://127.0.0.1:1"], "cannot reach the Ray cluster at ray://127.0.0.1:1"),
     (["--cluster", "ray", "--task-timeout", "0"], "--task-timeout must be positive"),
     (["--id-prefix", "a-b"], "--id-prefix 'a-b': give letters and digits"),
+    (["--timeout", "5"], "--timeout needs --verify"),
+    (["--verify", "--timeout", "0"], "--timeout must be positive"),
 ])
 def test_cli_errors_are_one_line(tmp_path, args, msg):
     p = _taso_gen("--max-ops", "2", "--no-progress", "-o", str(tmp_path / "r.jsonl"), *args, cwd=tmp_path)

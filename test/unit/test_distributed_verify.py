@@ -74,6 +74,25 @@ def test_the_slice_on_ray_is_the_local_file(local_ray, tmp_path, capsys):
     assert header["shape_fuzz"]["compared"] > 1000 and header["stride_generalized"] > 0
 
 
+def test_taso_gen_verify_proves_on_the_same_runtime(local_ray, tmp_path, capsys):
+    """taso-gen --cluster ray --verify: the rules generated on Ray are proved there, in place, on the
+    runtime the generation ran on (left up: this process started it); the statuses are a local
+    taso-verify's of the same generated file."""
+    from taso_mlir.tools import taso_gen
+    out, plain, local = tmp_path / "r.jsonl", tmp_path / "plain.jsonl", tmp_path / "local.jsonl"
+    common = ["--max-ops", "2", "--jobs", "2", "--cluster", "ray", "--shards", "3", "--buckets", "2", "--no-progress"]
+    assert taso_gen.main(common + ["--verify", "-o", str(out)]) == 0
+    assert ray.is_initialized()
+    text = capsys.readouterr().out
+    assert "cluster: 2 Ray workers" in text and "(unverified: run taso-verify)" not in text
+    assert taso_gen.main(common + ["-o", str(plain)]) == 0
+    assert "(unverified: run taso-verify)" in capsys.readouterr().out
+    assert taso_verify.main([str(plain), "-o", str(local), "--jobs", "1", "--no-progress"]) == 0
+    statuses = [json.loads(line)["proof"]["status"] for line in out.read_text().splitlines()[1:]]
+    assert statuses.count("proved") >= 30
+    assert statuses == [json.loads(line)["proof"]["status"] for line in local.read_text().splitlines()[1:]]
+
+
 def _pairs(n):
     _header, records = library.read(library.default_path("base"))
     return [(G.Graph.from_json(r["src"]), G.Graph.from_json(r["dst"]),
