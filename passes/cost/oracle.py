@@ -29,6 +29,7 @@ Backends (``get_cost_model(spec)``):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -617,11 +618,12 @@ def machine_target() -> str:
 
 
 def is_measured(cm: "CostModel") -> bool:
-    return not isinstance(cm, Analytic)
+    return not isinstance(unwrap(cm), Analytic)
 
 
 def describe(cm: "CostModel") -> str:
     """What a cost model's numbers are, for people: measured where, or estimated by which model."""
+    cm = unwrap(cm)
     if isinstance(cm, Analytic):
         dev = cm.p.name
         what = f"an NVIDIA {dev.upper()}" if dev in ("t4", "v100", "a100", "h100") else f"a {dev} profile"
@@ -629,10 +631,40 @@ def describe(cm: "CostModel") -> str:
     return f"measured on this machine's CPU ({cpu_name()}) in onnxruntime, {cm.threads} thread(s)"
 
 
+#: functions applied, in order, to every cost model ``get_cost_model`` makes (``wrapping_cost_models``)
+_WRAPPERS: list = []
+
+
+@contextlib.contextmanager
+def wrapping_cost_models(wrap):
+    """Within the block, every cost model ``get_cost_model`` returns is ``wrap(model)`` (a ``CostModel``
+    that delegates to ``model``, with the attribute ``inner`` naming it). For tools that observe a search
+    from inside its process, such as the signature dump (``passes/cost/calibration.py``); not a target."""
+    _WRAPPERS.append(wrap)
+    try:
+        yield
+    finally:
+        _WRAPPERS.remove(wrap)
+
+
+def unwrap(cm: "CostModel") -> "CostModel":
+    """The cost model under any wrappers (``wrapping_cost_models``)."""
+    while getattr(cm, "inner", None) is not None:
+        cm = cm.inner
+    return cm
+
+
 def get_cost_model(spec: str = "analytic") -> CostModel:
     """``auto`` (the machine this runs on, measured: ``machine_target``), ``analytic`` (= ``analytic:t4``),
     ``analytic:<cpu|v100|t4|a100|h100>``, ``cpu`` (measured, 1 thread), ``cpu:<threads>``;
     ``cuda[:<gpu>]`` is not available yet."""
+    cm = _make_cost_model(spec)
+    for wrap in list(_WRAPPERS):
+        cm = wrap(cm)
+    return cm
+
+
+def _make_cost_model(spec: str) -> CostModel:
     s = (spec or "analytic").strip().lower()
     valid = f"auto, analytic, analytic:<{'|'.join(sorted(PROFILES))}>, cpu, cpu:<threads>"
     if s == "auto":
@@ -657,5 +689,5 @@ def get_cost_model(spec: str = "analytic") -> CostModel:
 
 
 __all__ = ["OpSig", "CostModel", "Analytic", "CpuMeasured", "Profile", "PROFILES", "cpu_profile",
-           "get_cost_model", "target_of", "machine_target", "is_measured", "describe", "TARGET_ENV", "flops",
-           "nbytes", "cache_dir"]
+           "get_cost_model", "wrapping_cost_models", "unwrap", "target_of", "machine_target", "is_measured",
+           "describe", "TARGET_ENV", "flops", "nbytes", "cache_dir"]
