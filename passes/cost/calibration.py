@@ -21,6 +21,7 @@ calibration measures in that order, so that a cut-short run has the ops that mat
 
     python -m taso_mlir.passes.cost.calibration dump -o benchmarks/gpu/signatures.jsonl
     python -m taso_mlir.passes.cost.calibration dump --quick --models nasrnn -o /tmp/sigs.jsonl
+    python -m taso_mlir.passes.cost.calibration report passes/cost/tables/h100.json
 """
 
 from __future__ import annotations
@@ -296,9 +297,20 @@ def _dump(a) -> int:
     return 1 if errors else 0
 
 
+def _report(a) -> int:
+    from taso_mlir.passes.cost.cuda_table import CudaTable
+
+    t = CudaTable.load(a.table)
+    print(t.describe())
+    print(f"{len(t.entries)} signatures measured, {len(t.failed)} failed, {len(t.unsupported)} without a kernel "
+          "(these two estimated)")
+    print(t.fit_report())
+    return 0
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m taso_mlir.passes.cost.calibration",
-                                 description="prepare the GPU cost tables (issue 24)")
+                                 description="prepare and inspect the GPU cost tables (issue 24)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("dump", help="write every op signature the search prices on the suite's models")
     d.add_argument("-o", "--output", required=True, help="the signatures file (.jsonl)")
@@ -313,9 +325,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     d.add_argument("--timeout", type=float, default=30.0, help="seconds per search (taso-search's timeout)")
     d.add_argument("--search-options", default="", help="more taso-search options, space-separated "
                    "(e.g. 'alpha=1.2 budget=400': a wider search visits more sites)")
+    r = sub.add_parser("report", help="a measured table: its device, and how far the analytic model is from it")
+    r.add_argument("table", help="a table file (passes/cost/tables/<gpu>.json)")
     a = ap.parse_args(argv)
     try:
-        return _dump(a)
+        return _dump(a) if a.cmd == "dump" else _report(a)
     except TasoError as e:
         print(f"taso-sigs: error: {e}", file=sys.stderr)
         return 1

@@ -24,7 +24,10 @@ Backends (``get_cost_model(spec)``):
   ``~/.cache/taso-mlir/``; the thread count also from ``$TASO_COST_CPU_THREADS``). Signatures it
   cannot build (generic ops, dtypes it cannot feed) fall back to the ``analytic:cpu`` estimate for
   that many cores and are counted in ``estimated``.
-- ``cuda`` / ``cuda:<gpu>``: a CUDA-measured oracle is not built yet; asking for it is a one-line error.
+- ``cuda:<gpu>``: per-op latencies measured on that GPU, read from the table ``passes/cost/tables/<gpu>.json``
+  (``cuda_table.py``); signatures not in it are estimated by the analytic profile fitted to the table and
+  counted in ``estimated``. Where no table has been measured for ``<gpu>`` it is a one-line error. ``cuda``
+  alone (measuring on this process's GPU) is not built yet: a one-line error.
 """
 
 from __future__ import annotations
@@ -624,6 +627,8 @@ def is_measured(cm: "CostModel") -> bool:
 def describe(cm: "CostModel") -> str:
     """What a cost model's numbers are, for people: measured where, or estimated by which model."""
     cm = unwrap(cm)
+    if hasattr(cm, "describe"):  # a measured table (cuda_table.CudaTable)
+        return cm.describe()
     if isinstance(cm, Analytic):
         dev = cm.p.name
         what = f"an NVIDIA {dev.upper()}" if dev in ("t4", "v100", "a100", "h100") else f"a {dev} profile"
@@ -656,8 +661,8 @@ def unwrap(cm: "CostModel") -> "CostModel":
 
 def get_cost_model(spec: str = "analytic") -> CostModel:
     """``auto`` (the machine this runs on, measured: ``machine_target``), ``analytic`` (= ``analytic:t4``),
-    ``analytic:<cpu|v100|t4|a100|h100>``, ``cpu`` (measured, 1 thread), ``cpu:<threads>``;
-    ``cuda[:<gpu>]`` is not available yet."""
+    ``analytic:<cpu|v100|t4|a100|h100>``, ``cpu`` (measured, 1 thread), ``cpu:<threads>``, ``cuda:<gpu>`` (a
+    table measured on that GPU, where one exists); ``cuda`` is not available yet."""
     cm = _make_cost_model(spec)
     for wrap in list(_WRAPPERS):
         cm = wrap(cm)
@@ -666,7 +671,7 @@ def get_cost_model(spec: str = "analytic") -> CostModel:
 
 def _make_cost_model(spec: str) -> CostModel:
     s = (spec or "analytic").strip().lower()
-    valid = f"auto, analytic, analytic:<{'|'.join(sorted(PROFILES))}>, cpu, cpu:<threads>"
+    valid = f"auto, analytic, analytic:<{'|'.join(sorted(PROFILES))}>, cpu, cpu:<threads>, cuda:<gpu>"
     if s == "auto":
         s = machine_target()
     if s == "analytic":
@@ -682,9 +687,14 @@ def _make_cost_model(spec: str) -> CostModel:
             raise TasoError(f"unknown cost model '{spec}': the thread count must be a positive integer "
                             f"(valid: {valid})")
         return CpuMeasured(threads=int(n))
-    if s == "cuda" or s.startswith("cuda:"):
-        raise TasoError(f"cost model '{spec}' is not available yet: no CUDA-measured oracle is built; "
-                        "use analytic:<gpu> (t4, v100, a100, h100) or cpu")
+    if s.startswith("cuda:") and s.split(":", 1)[1]:
+        from taso_mlir.passes.cost import cuda_table
+
+        return cuda_table.get(spec, s.split(":", 1)[1])
+    if s == "cuda":
+        raise TasoError(f"cost model '{spec}' is not available yet: measuring on this process's GPU is not built; "
+                        "cuda:<gpu> reads a table measured on that GPU, analytic:<gpu> (t4, v100, a100, h100) "
+                        "estimates")
     raise TasoError(f"unknown cost model '{spec}' (valid: {valid})")
 
 

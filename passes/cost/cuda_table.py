@@ -1,0 +1,290 @@
+"""``cost-model=cuda:<gpu>``: op costs measured on an NVIDIA GPU, read from a shipped table (issue 24).
+
+The table ``passes/cost/tables/<gpu>.json`` is written on a GPU machine by ``benchmarks/gpu/calibrate.py``
+from the signatures the search prices on the suite (``passes/cost/calibration.py``), and read here on any
+machine, GPU or not. ``$TASO_CUDA_TABLES`` names another folder to read ``<gpu>.json`` from.
+
+The table (JSON)::
+
+    {"format": "taso-mlir cuda table 1",
+     "device": {"gpu": "NVIDIA H100 80GB HBM3", "driver": "...", "cuda_runtime": "...", "cublas": "...",
+                "cudnn": "...", "machine": "...", ...},
+     "date": "2026-11-30T12:00:00Z",
+     "method": {"warmup": 8, "repeats": 32, "statistic": "median", ...},
+     "entries": {"<OpSig.key()>": {"ms": 0.0123, "q1_ms": ..., "q3_ms": ..., "repeats": 32, "backend": "..."}},
+     "failed": {"<key>": "why"}, "unsupported": {"<key>": "why"}, ...}
+
+A signature found in ``entries`` costs its measured median. Any other (not measured, failed, unsupported, or
+never dumped because the search had not visited it) is estimated by the analytic roofline of the GPU
+(``oracle.PROFILES[gpu]``, else the H100's) *fitted to the table*: per op class (``op_class``), a weighted
+least-squares line ``ms = a + b x`` over the class's measured entries, ``x`` the roofline's time without its
+launch overhead (its compute/memory body), ``a`` the class's fitted fixed cost per kernel (launch and
+prologue, seconds the roofline sets by hand) and ``b`` the class's fitted scale on the body (how far the
+library's kernels are from the roofline's efficiencies). The weights make it minimize the *relative* error
+(measurements span four orders of magnitude). A class with fewer than ``MIN_FIT`` entries, or whose fit is
+not physical (``b <= 0``), uses the fit over all entries; ``a < 0`` is refitted with ``a = 0``. Each distinct
+signature priced is counted once: ``hits`` measured, ``estimated`` fitted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from taso_mlir.dialect.errors import TasoError, one_line
+from taso_mlir.passes.cost.oracle import PROFILES, Analytic, CostModel, OpSig, Profile
+
+FORMAT = "taso-mlir cuda table 1"
+#: a folder of ``<gpu>.json`` tables read instead of the shipped ones (tests, a table just measured)
+TABLES_ENV = "TASO_CUDA_TABLES"
+#: entries a class needs for a fit of its own
+MIN_FIT = 3
+SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tables")
+
+_GEMM = frozenset({"conv2d", "matmul"})
+_POOL = frozenset({"maxpool2d", "avgpool2d", "onnx.MaxPool", "onnx.AveragePool", "onnx.GlobalAveragePool",
+                   "onnx.GlobalMaxPool"})
+_ELEMENTWISE = frozenset({"ewadd", "ewmul", "smul", "relu", "sigmoid", "tanh", "batchnorm"})
+_MOVES = frozenset({"concat", "split", "transpose", "enlarge"})
+_VIEWS = frozenset({"reshape", "onnx.Reshape", "onnx.Flatten", "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Identity"})
+#: the op classes, in report order
+CLASSES = ("gemm", "grouped-conv", "pool", "elementwise", "movement", "view", "generic")
+
+
+def op_class(sig: OpSig) -> str:
+    """The op class whose fitted line estimates ``sig``: gemm (conv2d of one group, matmul), grouped-conv,
+    pool, elementwise (including batchnorm), movement (concat, split, transpose, enlarge), view (reshape and
+    the generic views), generic (other ``onnx.<Op>``)."""
+    k = sig.kind
+    if k == "conv2d" and int(dict(sig.attrs).get("group", 1)) > 1:
+        return "grouped-conv"
+    if k in _GEMM:
+        return "gemm"
+    if k in _POOL:
+        return "pool"
+    if k in _ELEMENTWISE:
+        return "elementwise"
+    if k in _MOVES:
+        return "movement"
+    if k in _VIEWS:
+        return "view"
+    return "generic"
+
+
+def table_dir() -> str:
+    return os.environ.get(TABLES_ENV) or SHIPPED_DIR
+
+
+def table_path(gpu: str) -> str:
+    return os.path.join(table_dir(), f"{gpu}.json")
+
+
+def shipped_tables() -> list[str]:
+    """The GPUs with a table in ``table_dir()``."""
+    try:
+        return sorted(f[:-5] for f in os.listdir(table_dir()) if f.endswith(".json"))
+    except OSError:
+        return []
+
+
+def sig_from_key(key: str) -> OpSig:
+    """The signature of a table key (``OpSig.key()``)."""
+    def tup(v):
+        return tuple(tup(x) for x in v) if isinstance(v, list) else v
+
+    p = json.loads(key)
+    if not isinstance(p, list) or len(p) not in (5, 6) or not isinstance(p[0], str):
+        raise ValueError(f"not a signature key: {key[:80]}")
+    weights = tuple(bool(w) for w in p[5]) if len(p) == 6 else ()
+    return OpSig(p[0], tuple((k, tup(v)) for k, v in p[1]), tuple(tuple(s) for s in p[2]),
+                 tuple(tuple(s) for s in p[3]), p[4], False, weights)
+
+
+@dataclass(frozen=True)
+class Line:
+    """``ms = a + b x`` (x: the roofline's body time, ms) fitted over ``n`` entries, or the global fit's."""
+
+    a: float
+    b: float
+    n: int
+    own: bool  # fitted on the class's own entries (else the fit over all entries)
+
+    def __call__(self, x: float) -> float:
+        return self.a + self.b * x
+
+
+def fit_line(xs: list[float], ys: list[float]) -> Optional[tuple[float, float]]:
+    """(a, b) minimizing sum(((a + b x - y) / y)^2), or None where no rising line fits (fewer than two
+    distinct x, or a slope <= 0); a negative intercept is refitted with a = 0."""
+    if not xs:
+        return None
+    w = [1.0 / max(y, 1e-6) ** 2 for y in ys]
+    sw = sum(w)
+    swx = sum(wi * x for wi, x in zip(w, xs))
+    swy = sum(wi * y for wi, y in zip(w, ys))
+    swxx = sum(wi * x * x for wi, x in zip(w, xs))
+    swxy = sum(wi * x * y for wi, x, y in zip(w, xs, ys))
+    det = sw * swxx - swx * swx
+    if not det > 1e-12 * max(sw * swxx, 1e-300):
+        return None  # all x alike: no slope to fit
+    a, b = (swy * swxx - swx * swxy) / det, (sw * swxy - swx * swy) / det
+    if b <= 0:
+        return None
+    if a < 0:  # through the origin
+        a, b = 0.0, swxy / swxx
+    return a, b
+
+
+class CudaTable(CostModel):
+    """Measured GPU costs from a table; misses estimated by the analytic profile fitted to the table."""
+
+    def __init__(self, data: dict, path: str = "", gpu: Optional[str] = None):
+        super().__init__()
+        self.path = path
+        self.gpu = gpu or data.get("name") or os.path.splitext(os.path.basename(path))[0] or "gpu"
+        self.name = f"cuda:{self.gpu}"
+        self.device = data["device"]
+        self.date = str(data["date"])
+        self.entries = {k: float(v["ms"]) for k, v in data["entries"].items()}
+        # signatures the calibration could not measure (estimated like any miss): key -> why
+        self.failed, self.unsupported = dict(data.get("failed") or {}), dict(data.get("unsupported") or {})
+        self.hits = 0  # distinct signatures priced from the table (``estimated``: by the fitted model)
+        self.base = PROFILES.get(self.gpu, PROFILES["h100"])
+        # the roofline's body: the base profile without its per-kernel and per-view overheads
+        self._body = Analytic(replace(self.base, launch_s=0.0, dispatch_s=0.0))
+        self.roofline = Analytic(self.base)  # the unfitted profile (the report compares it)
+        self.lines = self._fit()
+
+    # -- loading
+
+    @classmethod
+    def load(cls, path: str, gpu: Optional[str] = None) -> "CudaTable":
+        where = f"the CUDA cost table {path}"
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            raise TasoError(f"{where} does not exist") from None
+        except (OSError, ValueError) as e:
+            raise TasoError(f"{where} is unreadable ({one_line(e, 160)})") from None
+        problem = validate(data)
+        if problem:
+            raise TasoError(f"{where} is not a taso-mlir CUDA table: {problem}")
+        return cls(data, path, gpu)
+
+    # -- the fit
+
+    def _fit(self) -> dict:
+        by_class: dict[str, tuple[list, list]] = {c: ([], []) for c in CLASSES}
+        for k, ms in self.entries.items():
+            sig = sig_from_key(k)
+            xs, ys = by_class[op_class(sig)]
+            xs.append(self._body.cost(sig))
+            ys.append(ms)
+        all_x = [x for xs, _ in by_class.values() for x in xs]
+        all_y = [y for _, ys in by_class.values() for y in ys]
+        g = fit_line(all_x, all_y) or (0.0, 1.0)
+        glob = Line(g[0], g[1], len(all_x), False)
+        lines = {}
+        for c, (xs, ys) in by_class.items():
+            own = fit_line(xs, ys) if len(xs) >= MIN_FIT else None
+            if c == "view" and len(xs) >= MIN_FIT:  # no body: the median fixed cost of the class
+                own = (sorted(ys)[len(ys) // 2], 1.0)
+            lines[c] = Line(own[0], own[1], len(xs), True) if own else replace(glob, n=len(xs))
+        return lines
+
+    def estimate(self, sig: OpSig) -> float:
+        """The fitted analytic model's cost of ``sig`` (ms)."""
+        return max(0.0, self.lines[op_class(sig)](self._body.cost(sig)))
+
+    # -- pricing
+
+    def _cost(self, sig: OpSig) -> float:
+        ms = self.entries.get(sig.key())
+        if ms is not None:
+            self.hits += 1
+            return ms
+        self.estimated += 1
+        return self.estimate(sig)
+
+    # -- reporting
+
+    def describe(self) -> str:
+        gpu = self.device.get("gpu", self.gpu)
+        return (f"measured on {gpu} (table of {self.date[:10]}); signatures not in it estimated by the analytic "
+                f"{self.base.name.upper()} roofline fitted to the table")
+
+    def summary(self) -> str:
+        n = self.hits + self.estimated
+        return (f"{self.hits} of {n} op signatures measured on {self.device.get('gpu', self.gpu)}, the rest "
+                "estimated by the analytic model fitted to the table")
+
+    def fit_report(self) -> str:
+        """Per op class: entries, the fitted line, and the relative error against the measurements of the
+        unfitted roofline and of the fitted model (in-sample), as a Markdown table."""
+        rows = ["| class | entries | fit: a (us) | b | roofline error (median, worst) | fitted error (median, worst) |",
+                "|---|---|---|---|---|---|"]
+        errs: dict[str, tuple[list, list]] = {c: ([], []) for c in CLASSES}
+        for k, ms in self.entries.items():
+            if ms <= 0:
+                continue
+            sig = sig_from_key(k)
+            e0, e1 = errs[op_class(sig)]
+            e0.append(abs(self.roofline.cost(sig) - ms) / ms)
+            e1.append(abs(self.estimate(sig) - ms) / ms)
+        for c in CLASSES:
+            ln = self.lines[c]
+            e0, e1 = errs[c]
+            fit = f"{1e3 * ln.a:.2f} | {ln.b:.3g}" + ("" if ln.own else " (all classes')")
+            rows.append(f"| {c} | {ln.n} | {fit} | {_errs(e0)} | {_errs(e1)} |")
+        return "\n".join(rows)
+
+
+def _errs(e: list) -> str:
+    if not e:
+        return "-"
+    s = sorted(e)
+    return f"{100 * s[len(s) // 2]:.0f}%, {100 * s[-1]:.0f}%"
+
+
+def validate(data) -> Optional[str]:
+    """What is wrong with a table (None: nothing)."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    if data.get("format") != FORMAT:
+        return f"its format is {data.get('format')!r}, not {FORMAT!r}"
+    dev = data.get("device")
+    if not isinstance(dev, dict) or not isinstance(dev.get("gpu"), str) or not dev["gpu"]:
+        return "no device.gpu (the GPU's name)"
+    if not isinstance(data.get("date"), str):
+        return "no date"
+    ent = data.get("entries")
+    if not isinstance(ent, dict):
+        return "no entries"
+    for k, v in ent.items():
+        ms = v.get("ms") if isinstance(v, dict) else None
+        if not isinstance(ms, (int, float)) or isinstance(ms, bool) or not math.isfinite(ms) or ms < 0:
+            return f"entry {k[:60]} has no valid ms"
+        try:
+            sig_from_key(k)
+        except (ValueError, TypeError, IndexError) as e:
+            return f"entry {k[:60]}: {one_line(e, 80)}"
+    if not ent:
+        return "no measured entries"
+    return None
+
+
+def get(spec: str, gpu: str) -> CudaTable:
+    """``cuda:<gpu>``: the table of ``gpu``, or a one-line error saying that it has not been measured."""
+    path = table_path(gpu)
+    if not os.path.exists(path):
+        have = shipped_tables()
+        raise TasoError(
+            f"cost model '{spec}' is not available: no measured table for '{gpu}' ({path} does not exist: "
+            f"the GPU calibration has not been run for it; see docs/benchmarks.md, 'GPU calibration'); "
+            f"tables: {', '.join(f'cuda:{g}' for g in have) or 'none yet'}; "
+            f"analytic:{gpu if gpu in PROFILES else 'h100'} is an estimate")
+    return CudaTable.load(path, gpu)
