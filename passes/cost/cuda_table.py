@@ -20,9 +20,10 @@ never dumped because the search had not visited it) is estimated by the analytic
 least-squares line ``ms = a + b x`` over the class's measured entries, ``x`` the roofline's time without its
 launch overhead (its compute/memory body), ``a`` the class's fitted fixed cost per kernel (launch and
 prologue, seconds the roofline sets by hand) and ``b`` the class's fitted scale on the body (how far the
-library's kernels are from the roofline's efficiencies). The weights make it minimize the *relative* error
-(measurements span four orders of magnitude). A class with fewer than ``MIN_FIT`` entries, or whose fit is
-not physical (``b <= 0``), uses the fit over all entries; ``a < 0`` is refitted with ``a = 0``. Each distinct
+library's kernels are from the roofline's efficiencies). It minimizes the squared log of estimate over
+measurement, a relative error that weighs over- and underestimates alike (measurements span four orders of
+magnitude). A class with fewer than ``MIN_FIT`` entries, or without two distinct ``x``, uses the fit over all
+entries; views (no body) cost their class's median. Each distinct
 signature priced is counted once: ``hits`` measured, ``estimated`` fitted.
 """
 
@@ -117,24 +118,66 @@ class Line:
 
 
 def fit_line(xs: list[float], ys: list[float]) -> Optional[tuple[float, float]]:
-    """(a, b) minimizing sum(((a + b x - y) / y)^2), or None where no rising line fits (fewer than two
-    distinct x, or a slope <= 0); a negative intercept is refitted with a = 0."""
-    if not xs:
+    """(a, b), a >= 0 and b > 0, minimizing sum(log((a + b x) / y)^2): the squared *relative* error taken
+    symmetrically (estimating 10x too much weighs what 10x too little does), over the points with y > 0;
+    None where no rising line fits (fewer than two distinct x). A grid over a (0, and fractions of the
+    smallest y) with the best b for each, then Gauss-Newton from the best pair."""
+    import numpy as np
+
+    x, y = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+    keep = (y > 0) & (x >= 0) & np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if len(x) < 2 or np.ptp(x) <= 0 or not (x > 0).any():
         return None
-    w = [1.0 / max(y, 1e-6) ** 2 for y in ys]
-    sw = sum(w)
-    swx = sum(wi * x for wi, x in zip(w, xs))
-    swy = sum(wi * y for wi, y in zip(w, ys))
-    swxx = sum(wi * x * x for wi, x in zip(w, xs))
-    swxy = sum(wi * x * y for wi, x, y in zip(w, xs, ys))
-    det = sw * swxx - swx * swx
-    if not det > 1e-12 * max(sw * swxx, 1e-300):
-        return None  # all x alike: no slope to fit
-    a, b = (swy * swxx - swx * swxy) / det, (sw * swxy - swx * swy) / det
-    if b <= 0:
+    ly = np.log(y)
+
+    def loss(a, b):
+        v = a + b * x
+        return float(np.sum((np.log(np.maximum(v, 1e-300)) - ly) ** 2)) if (v > 0).all() else math.inf
+
+    def best_b(a):  # Newton on t = log b
+        pos = x > 0
+        r = (y[pos] - a) / x[pos]
+        t = math.log(np.median(r[r > 0])) if (r > 0).any() else math.log(np.median(y[pos] / x[pos]))
+        for _ in range(30):
+            bx = math.exp(t) * x
+            v = np.maximum(a + bx, 1e-300)
+            res, d = np.log(v) - ly, bx / v
+            g, h = float(np.sum(res * d)), float(np.sum(d * d)) + 1e-300
+            t -= g / h
+            if abs(g / h) < 1e-12:
+                break
+        return math.exp(t)
+
+    ymin = float(y.min())
+    grid = [0.0] + [ymin * f for f in np.geomspace(1e-3, 0.999, 40)]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a, b = min(((a, best_b(a)) for a in grid), key=lambda ab: loss(*ab))
+    cur, lam = loss(a, b), 1e-3
+    for _ in range(100):  # Levenberg-Marquardt on (a, b), a kept >= 0
+        v = a + b * x
+        res = np.log(v) - ly
+        ja, jb = 1.0 / v, x / v
+        m = np.array([[ja @ ja, ja @ jb], [ja @ jb, jb @ jb]])
+        g = np.array([ja @ res, jb @ res])
+        try:
+            da, db = np.linalg.solve(m + lam * np.diag(np.diag(m) + 1e-300), -g)
+        except np.linalg.LinAlgError:
+            break
+        na, nb = max(0.0, a + da), b + db
+        new = loss(na, nb) if nb > 0 else math.inf
+        if new < cur:
+            done = cur - new <= 1e-15 * max(cur, 1e-300) or (abs(na - a) <= 1e-15 * max(a, 1e-300) and
+                                                              abs(nb - b) <= 1e-12 * b)
+            a, b, cur, lam = na, nb, new, lam * 0.3
+            if done:
+                break
+        else:
+            lam *= 10
+            if lam > 1e12:
+                break
+    if not b > 0 or b * float(x.max()) < 1e-6 * a:  # flat: the size does not predict the time
         return None
-    if a < 0:  # through the origin
-        a, b = 0.0, swxy / swxx
     return a, b
 
 
