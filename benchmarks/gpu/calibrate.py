@@ -1,0 +1,1328 @@
+#!/usr/bin/env python3
+"""Measure the op signatures the search prices on a GPU, into the table ``cost-model=cuda:<gpu>`` reads (issue 24).
+
+Runs on the GPU machine with its preinstalled packages only: the standard library and numpy here, and, in the
+``cuda`` backend, torch (cuBLAS, cuDNN), cuda-python (``cuda.core``: device, stream, events, NVRTC) and CuPy
+(NVRTC, where ``cuda.core`` fails). It does not import taso_mlir: it reads the signatures file that
+``python -m taso_mlir.passes.cost.calibration dump`` wrote on the CPU (``benchmarks/gpu/signatures.jsonl``),
+whose records carry their table keys.
+
+    python3 benchmarks/gpu/calibrate.py --smoke 12 --out smoke.json           # seconds: ~12 ops, checked, a table
+    python3 benchmarks/gpu/calibrate.py --out h100.json --budget-s 300        # everything, within 5 minutes
+    python3 benchmarks/gpu/calibrate.py --dry-run --out /tmp/dry.json         # the same loop, numpy on the CPU
+
+Method (TASO's): per signature, inputs drawn uniformly from [0.5, 1.5) (never zeros), 8 warm-up runs, then 32
+timed runs, each between two device events, behind a spin kernel that keeps the GPU busy while the host
+enqueues them all (so the times are the device's, back to back, without Python's launch overhead); the median
+and the quartiles are kept. The inputs stay the same over the repeats (cache-warm, as in TASO). A signature
+whose runs would exceed ``--cap-s`` gets fewer repeats (at least 5). float32 is strict FP32 (TF32 off in
+cuBLAS and cuDNN) unless ``--tf32``.
+
+Kernels, per taso op kind (``plan``): conv2d through cuDNN (``torch.nn.functional.conv2d`` with
+``torch.backends.cudnn.benchmark = True``, which times cuDNN's algorithms once per shape and keeps the fastest;
+a fused ReLU through cuDNN's conv+bias+ReLU, ``torch.cudnn_convolution_relu``, where it runs), matmul through
+cuBLAS/cuBLASLt (``torch.addmm``/``torch.mm`` on the flattened rows where the right operand is 2-D, with a
+bias and ReLU epilogue through ``torch._addmm_activation`` where it runs; ``torch.matmul`` for batched right
+operands), pooling through torch's CUDA pooling kernels, elementwise ops (add, mul, sub, div, scalar mul,
+relu, sigmoid, tanh, erf, batchnorm) and data movement (transpose, one-launch concat and split, enlarge's
+zero padding) as NVRTC-compiled kernels of this file, compiled through ``cuda.core`` (else CuPy's NVRTC, else
+torch's own kernels: the table's ``paths`` says which ran). Views (reshape, flatten, squeeze, unsqueeze)
+launch nothing and cost 0. Generic ops carry no attributes in their signatures, so softmax and layer norm
+are taken over the last axis, a generic MaxPool's window is inferred from its shapes, and Cast and Gather
+are timed as copies of their result: such entries say ``approx``. Any other kind is ``unsupported``, counted.
+
+Robustness: each signature runs in its own try/except (a failure is recorded with its reason and the run goes
+on); the table is written atomically every ``--checkpoint-s`` seconds and at the end (``complete``: false
+until every signature has a result); the loop stops before ``--budget-s`` (counted from the start); a
+watchdog thread writes the table and exits if one signature hangs; ``--resume`` continues a table of the same
+device. A few signatures per kind and kernel path are checked against numpy (relative error in ``checks``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+TABLE_FORMAT = "taso-mlir cuda table 1"
+SIGS_FORMAT = "taso-mlir signatures 1"
+DEFAULT_SIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "signatures.jsonl")
+
+
+class Unsupported(Exception):
+    """No kernel for this signature (counted as unsupported, not as a failure)."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# signatures and plans
+
+
+def read_signatures(path: str) -> tuple[dict, list[dict]]:
+    header, recs = {}, []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                r = json.loads(line)
+                if r.get("header"):
+                    header = r
+                else:
+                    recs.append(r)
+    if header.get("format") != SIGS_FORMAT:
+        raise SystemExit(f"calibrate: {path} is not a taso-mlir signatures file (format {header.get('format')!r})")
+    return header, recs
+
+
+def _numel(s) -> int:
+    return int(math.prod(s)) if s else 1
+
+
+class Plan:
+    """What to run for a signature, backend-neutral: ``op`` and its parameters ``p``."""
+
+    def __init__(self, op: str, approx: bool = False, **p):
+        self.op, self.approx, self.p = op, approx, p
+
+    def __repr__(self):
+        return f"Plan({self.op}, {self.p})"
+
+
+_UNARY = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "onnx.Relu": "relu", "onnx.Sigmoid": "sigmoid",
+          "onnx.Tanh": "tanh", "onnx.Erf": "erf", "onnx.Sqrt": "sqrt", "onnx.Exp": "exp", "onnx.Neg": "neg"}
+_BINARY = {"ewadd": "add", "ewmul": "mul", "onnx.Add": "add", "onnx.Mul": "mul", "onnx.Sub": "sub",
+           "onnx.Div": "div"}
+_VIEWS = {"reshape", "onnx.Reshape", "onnx.Flatten", "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Identity"}
+_FLOAT = {"f32", "f16", "bf16"}
+
+
+def plan(rec: dict) -> Plan:
+    """The kernel plan of a signature record; ``Unsupported`` where there is none."""
+    k = rec["kind"]
+    a = {n: v for n, v in rec["attrs"]}
+    ins, outs = rec["in_shapes"], rec["out_shapes"]
+    if k in _VIEWS:
+        return Plan("view")
+    if rec["dtype"] not in _FLOAT:
+        raise Unsupported(f"{k} in {rec['dtype']}: only float kernels are measured")
+    if k == "conv2d":
+        return Plan("conv2d", strides=tuple(a.get("strides", (1, 1))), pads=tuple(a.get("pads", (0, 0, 0, 0))),
+                    dilations=tuple(a.get("dilations", (1, 1))), group=int(a.get("group", 1)),
+                    act=a.get("activation", "none"), bias=len(ins) > 2)
+    if k == "matmul":
+        return Plan("matmul", act=a.get("activation", "none"), bias=len(ins) > 2)
+    if k in _BINARY:
+        return Plan("binary", fn=_BINARY[k])
+    if k == "smul":
+        return Plan("binary", fn="mul")
+    if k in _UNARY:
+        return Plan("unary", fn=_UNARY[k])
+    if k == "batchnorm":
+        return Plan("batchnorm", eps=float(a.get("epsilon", 1e-5)))
+    if k == "transpose":
+        return Plan("transpose", perm=tuple(a["perm"]))
+    if k == "concat":
+        return Plan("concat", axis=int(a["axis"]))
+    if k == "split":
+        return Plan("split", axis=int(a["axis"]), sizes=tuple(a["sizes"]))
+    if k in ("maxpool2d", "avgpool2d"):
+        return Plan("pool", mode=k[:3], kernel=tuple(a["kernel_shape"]), strides=tuple(a.get("strides", (1, 1))),
+                    pads=tuple(a.get("pads", (0, 0, 0, 0))), count_include_pad=int(a.get("count_include_pad", 0)))
+    if k == "enlarge":
+        _, _, kh, kw = ins[0]
+        dh, dw = (a["kernel_shape"][0] - kh) // 2, (a["kernel_shape"][1] - kw) // 2
+        return Plan("pad2d", top=dh, left=dw)
+    # generic ops: their signatures carry no attributes
+    if k == "onnx.Softmax":
+        return Plan("softmax", approx=True)
+    if k == "onnx.LayerNormalization":
+        return Plan("layernorm", approx=True, eps=1e-5, affine=len(ins) >= 2, bias=len(ins) >= 3)
+    if k == "onnx.GlobalAveragePool":
+        return Plan("gavgpool")
+    if k in ("onnx.MaxPool", "onnx.AveragePool"):
+        if len(ins[0]) != 4:
+            raise Unsupported(f"{k} of rank {len(ins[0])}")
+        (_, _, h, w), (_, _, oh, ow) = ins[0], outs[0]
+        sh, sw = max(1, h // max(oh, 1)), max(1, w // max(ow, 1))
+        kh, kw = h - (oh - 1) * sh, w - (ow - 1) * sw
+        if kh < 1 or kw < 1:
+            raise Unsupported(f"{k}: no window maps {ins[0]} to {outs[0]}")
+        return Plan("pool", approx=True, mode="max" if k == "onnx.MaxPool" else "avg", kernel=(kh, kw),
+                    strides=(sh, sw), pads=(0, 0, 0, 0), count_include_pad=0)
+    if k in ("onnx.Cast", "onnx.Gather"):
+        return Plan("copy", approx=True)
+    raise Unsupported(f"no kernel for {k}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# numpy references (the dry backend's kernels, and the checks of the GPU's results)
+
+
+def _windows(x, kernel, strides, pads, dilations, value):
+    """(N, C, OH, OW, kh, kw) windows of an NCHW array padded [top, left, bottom, right] with ``value``."""
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])), constant_values=value)
+    eh, ew = dilations[0] * (kernel[0] - 1) + 1, dilations[1] * (kernel[1] - 1) + 1
+    v = np.lib.stride_tricks.sliding_window_view(xp, (eh, ew), axis=(2, 3))
+    return v[:, :, ::strides[0], ::strides[1], ::dilations[0], ::dilations[1]]
+
+
+_NP_UNARY = {"relu": lambda v: np.maximum(v, 0), "sigmoid": lambda v: 1 / (1 + np.exp(-v)), "tanh": np.tanh,
+             "sqrt": np.sqrt, "exp": np.exp, "neg": np.negative,
+             "erf": lambda v: np.vectorize(math.erf, otypes=[np.float64])(v)}
+_NP_BINARY = {"add": np.add, "mul": np.multiply, "sub": np.subtract, "div": np.divide}
+
+
+def reference(pl: Plan, xs: list, out_shapes: list) -> list:
+    """The plan's results computed by numpy in float64 (float32 for speed in the dry run's big ops)."""
+    p = pl.p
+    if pl.op == "view":
+        return [xs[0].reshape(out_shapes[0])]
+    if pl.op == "conv2d":
+        x, w = xs[0], xs[1]
+        g = p["group"]
+        win = _windows(x, w.shape[2:], p["strides"], p["pads"], p["dilations"], 0)
+        n, c, oh, ow = win.shape[:4]
+        cg, og = c // g, w.shape[0] // g
+        y = np.empty((n, w.shape[0], oh, ow), dtype=np.result_type(x, w))
+        for gi in range(g):
+            y[:, gi * og:(gi + 1) * og] = np.einsum("ncxykl,ockl->noxy", win[:, gi * cg:(gi + 1) * cg],
+                                                     w[gi * og:(gi + 1) * og], optimize=True)
+        if p["bias"]:
+            y = y + xs[2].reshape(1, -1, 1, 1)
+        return [_act(y, p["act"])]
+    if pl.op == "matmul":
+        y = np.matmul(xs[0], xs[1])
+        if p["bias"]:
+            y = y + xs[2]
+        return [_act(y, p["act"])]
+    if pl.op == "binary":
+        return [_NP_BINARY[p["fn"]](xs[0], xs[1])]
+    if pl.op == "unary":
+        return [_NP_UNARY[p["fn"]](xs[0])]
+    if pl.op == "batchnorm":
+        x, sc, bi, mu, var = xs
+        shp = (1, -1) + (1,) * (x.ndim - 2)
+        return [(x - mu.reshape(shp)) / np.sqrt(var.reshape(shp) + p["eps"]) * sc.reshape(shp) + bi.reshape(shp)]
+    if pl.op == "transpose":
+        return [np.ascontiguousarray(np.transpose(xs[0], p["perm"]))]
+    if pl.op == "concat":
+        return [np.concatenate(xs, axis=p["axis"])]
+    if pl.op == "split":
+        return [np.ascontiguousarray(t) for t in np.split(xs[0], np.cumsum(p["sizes"])[:-1], axis=p["axis"])]
+    if pl.op == "pool":
+        x = xs[0]
+        if p["mode"] == "max":
+            return [_windows(x, p["kernel"], p["strides"], p["pads"], (1, 1), -np.inf).max(axis=(4, 5))]
+        s = _windows(x, p["kernel"], p["strides"], p["pads"], (1, 1), 0).sum(axis=(4, 5))
+        if p["count_include_pad"]:
+            return [s / (p["kernel"][0] * p["kernel"][1])]
+        ones = np.ones((1, 1) + x.shape[2:], dtype=x.dtype)
+        return [s / _windows(ones, p["kernel"], p["strides"], p["pads"], (1, 1), 0).sum(axis=(4, 5))]
+    if pl.op == "pad2d":
+        x = xs[0]
+        (_, _, oh, ow), t, l = out_shapes[0], p["top"], p["left"]
+        return [np.pad(x, ((0, 0), (0, 0), (t, oh - x.shape[2] - t), (l, ow - x.shape[3] - l)))]
+    if pl.op == "softmax":
+        e = np.exp(xs[0] - xs[0].max(axis=-1, keepdims=True))
+        return [e / e.sum(axis=-1, keepdims=True)]
+    if pl.op == "layernorm":
+        x = xs[0]
+        y = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, keepdims=True) + p["eps"])
+        if p["affine"]:
+            y = y * xs[1]
+        if p["bias"]:
+            y = y + xs[2]
+        return [y]
+    if pl.op == "gavgpool":
+        return [xs[0].mean(axis=(2, 3), keepdims=True)]
+    if pl.op == "copy":
+        return [xs[0].reshape(-1)[:_numel(out_shapes[0])].reshape(out_shapes[0])]
+    raise Unsupported(f"no reference for {pl.op}")
+
+
+def _act(y, act):
+    if act == "relu":
+        return np.maximum(y, 0)
+    if act == "relu6":
+        return np.clip(y, 0, 6)
+    if act != "none":
+        raise Unsupported(f"activation {act}")
+    return y
+
+
+def _inputs(rec: dict, rng, dtype=np.float32) -> list:
+    """Inputs for a signature: uniform in [0.5, 1.5) (no zeros, no denormals); 0-d shapes stay 0-d."""
+    out = []
+    for s in rec["in_shapes"]:
+        out.append(np.asarray(rng.uniform(0.5, 1.5, size=tuple(s)), dtype=dtype))
+    return out
+
+
+def rel_error(got, want) -> float:
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        return math.inf
+    d = np.linalg.norm((got - want).ravel())
+    n = np.linalg.norm(want.ravel())
+    return float(d / n) if n else float(d)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# backends
+
+
+class Prepared:
+    """A signature ready to run: ``run()`` enqueues it once; ``outputs()`` its results as numpy arrays."""
+
+    def __init__(self, run, outputs, backend: str, inputs=None, release=None):
+        self.run, self.outputs, self.backend, self.inputs = run, outputs, backend, inputs
+        self.release = release or (lambda: None)
+
+
+class DryBackend:
+    """The loop's rehearsal on the CPU: numpy kernels, a wall clock. Numbers from it are not GPU timings."""
+
+    name = "dry"
+
+    def __init__(self, args):
+        self.rng = np.random.default_rng(0)
+
+    def device_info(self) -> dict:
+        return {"gpu": f"DRY RUN: numpy on the CPU ({platform.processor() or platform.machine()}), not a GPU "
+                       "measurement", "driver": "none", "machine": platform.platform(),
+                "numpy": np.__version__, "python": platform.python_version()}
+
+    def paths(self) -> dict:
+        return {"all": "numpy (dry run)"}
+
+    def prepare(self, rec: dict, pl: Plan) -> Prepared:
+        xs = _inputs(rec, self.rng)
+        res = {}
+        if pl.op == "view":
+            return Prepared(lambda: None, lambda: [xs[0].reshape(rec["out_shapes"][0])], "view (no kernel)", xs)
+
+        def run():
+            res["y"] = reference(pl, xs, rec["out_shapes"])
+        run()
+        got = [tuple(y.shape) for y in res["y"]]
+        want = [tuple(s) for s in rec["out_shapes"]]
+        if got != want:
+            raise ValueError(f"the plan {pl.op} gives shapes {got}, the signature says {want}")
+        return Prepared(run, lambda: res["y"], f"numpy {pl.op}", xs)
+
+    def time(self, prep: Prepared, warmup: int, repeats: int, cap_s: float) -> tuple[list, int, int]:
+        t = time.perf_counter()
+        prep.run()
+        one = time.perf_counter() - t
+        warmup, repeats = _fit_cap(one, warmup, repeats, cap_s)
+        for _ in range(warmup):
+            prep.run()
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            prep.run()
+            times.append(1e3 * (time.perf_counter() - t))
+        return times, warmup, repeats
+
+    def close(self):
+        pass
+
+
+def _fit_cap(one_s: float, warmup: int, repeats: int, cap_s: float) -> tuple[int, int]:
+    """Fewer runs for a signature whose warm-up and repeats would exceed ``cap_s`` (at least 1 + 5)."""
+    if one_s * (warmup + repeats) <= cap_s:
+        return warmup, repeats
+    n = max(6, int(cap_s / max(one_s, 1e-9)))
+    w = min(warmup, max(1, n // 5))
+    return w, max(5, min(repeats, n - w))
+
+
+# --- CUDA
+
+
+KERNELS = r"""
+typedef long long ll;
+#define GRID_LOOP(n) for (ll i = (ll)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (ll)gridDim.x * blockDim.x)
+#define OP_add(x, y) ((x) + (y))
+#define OP_mul(x, y) ((x) * (y))
+#define OP_sub(x, y) ((x) - (y))
+#define OP_div(x, y) ((x) / (y))
+#define F_relu(v) fmaxf(v, 0.f)
+#define F_sigmoid(v) (1.f / (1.f + expf(-(v))))
+#define F_tanh(v) tanhf(v)
+#define F_erf(v) erff(v)
+#define F_sqrt(v) sqrtf(v)
+#define F_exp(v) expf(v)
+#define F_neg(v) (-(v))
+#define F_copy(v) (v)
+#define UNARY(f) \
+  __global__ void u_##f(float* __restrict__ y, const float* __restrict__ x, ll n) { GRID_LOOP(n) y[i] = F_##f(x[i]); } \
+  __global__ void u4_##f(float4* __restrict__ y, const float4* __restrict__ x, ll n4) { \
+    GRID_LOOP(n4) { float4 v = x[i]; v.x = F_##f(v.x); v.y = F_##f(v.y); v.z = F_##f(v.z); v.w = F_##f(v.w); y[i] = v; } }
+#define BINARY(f) \
+  __global__ void b_##f(float* __restrict__ y, const float* __restrict__ a, const float* __restrict__ b, ll n) { \
+    GRID_LOOP(n) y[i] = OP_##f(a[i], b[i]); } \
+  __global__ void b4_##f(float4* __restrict__ y, const float4* __restrict__ a, const float4* __restrict__ b, ll n4) { \
+    GRID_LOOP(n4) { float4 u = a[i], v = b[i]; \
+      u.x = OP_##f(u.x, v.x); u.y = OP_##f(u.y, v.y); u.z = OP_##f(u.z, v.z); u.w = OP_##f(u.w, v.w); y[i] = u; } } \
+  __global__ void bsb_##f(float* __restrict__ y, const float* __restrict__ a, const float* __restrict__ b, ll n) { \
+    float s = b[0]; GRID_LOOP(n) y[i] = OP_##f(a[i], s); } \
+  __global__ void bsa_##f(float* __restrict__ y, const float* __restrict__ a, const float* __restrict__ b, ll n) { \
+    float s = a[0]; GRID_LOOP(n) y[i] = OP_##f(s, b[i]); } \
+  __global__ void bbc_##f(float* __restrict__ y, const float* __restrict__ a, const float* __restrict__ b, ll n, \
+                          int nd, const ll* __restrict__ m) { \
+    GRID_LOOP(n) { ll r = i, oa = 0, ob = 0; \
+      for (int d = nd - 1; d >= 0; --d) { ll q = r % m[d]; r /= m[d]; oa += q * m[nd + d]; ob += q * m[2 * nd + d]; } \
+      y[i] = OP_##f(a[oa], b[ob]); } }
+extern "C" {
+__global__ void spin(ll cycles) { ll t0 = clock64(); while (clock64() - t0 < cycles) { } }
+UNARY(relu) UNARY(sigmoid) UNARY(tanh) UNARY(erf) UNARY(sqrt) UNARY(exp) UNARY(neg) UNARY(copy)
+BINARY(add) BINARY(mul) BINARY(sub) BINARY(div)
+__global__ void batchnorm(float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ sc,
+                          const float* __restrict__ bi, const float* __restrict__ mu, const float* __restrict__ var,
+                          float eps, ll n, ll C, ll inner) {
+  GRID_LOOP(n) { ll c = (i / inner) % C; y[i] = (x[i] - mu[c]) * rsqrtf(var[c] + eps) * sc[c] + bi[c]; }
+}
+__global__ void transpose(float* __restrict__ y, const float* __restrict__ x, ll n, int nd, const ll* __restrict__ m) {
+  GRID_LOOP(n) { ll r = i, off = 0;
+    for (int d = nd - 1; d >= 0; --d) { ll q = r % m[d]; r /= m[d]; off += q * m[nd + d]; }
+    y[i] = x[off]; }
+}
+__global__ void concat(float* __restrict__ y, const unsigned long long* __restrict__ ptrs, const ll* __restrict__ offs,
+                       int k, ll outer, ll total) {
+  GRID_LOOP(outer * total) { ll o = i / total, r = i - o * total; int j = 0;
+    while (j + 1 < k && r >= offs[j + 1]) ++j;
+    ll sz = offs[j + 1] - offs[j];
+    y[i] = ((const float*)ptrs[j])[o * sz + r - offs[j]]; }
+}
+__global__ void split(const float* __restrict__ x, const unsigned long long* __restrict__ ptrs, const ll* __restrict__ offs,
+                      int k, ll outer, ll total) {
+  GRID_LOOP(outer * total) { ll o = i / total, r = i - o * total; int j = 0;
+    while (j + 1 < k && r >= offs[j + 1]) ++j;
+    ll sz = offs[j + 1] - offs[j];
+    ((float*)ptrs[j])[o * sz + r - offs[j]] = x[i]; }
+}
+__global__ void pad2d(float* __restrict__ y, const float* __restrict__ x, ll nc, ll H, ll W, ll OH, ll OW, ll top, ll left) {
+  GRID_LOOP(nc * OH * OW) { ll ow = i % OW, t = i / OW, oh = t % OH, c = t / OH, h = oh - top, w = ow - left;
+    y[i] = (h >= 0 && h < H && w >= 0 && w < W) ? x[(c * H + h) * W + w] : 0.f; }
+}
+}
+"""
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    out = {}
+    for pkg in ("torch", "cupy-cuda13x", "cupy-cuda12x", "cuda-core", "cuda-bindings", "cuda-python", "nvidia-cublas",
+                "nvidia-cublas-cu12", "nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-cuda-nvrtc",
+                "nvidia-cuda-runtime", "numpy"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except Exception:
+            pass
+    return out
+
+
+def _nvidia_smi(fields: str) -> dict:
+    try:
+        r = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                           capture_output=True, text=True, timeout=20)
+        vals = [v.strip() for v in r.stdout.strip().splitlines()[0].split(",")]
+        return dict(zip(fields.split(","), vals))
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"[:200]}
+
+
+class _Nvrtc:
+    """NVRTC-compiled kernels of ``KERNELS``: through cuda.core, else CuPy. ``launch(name, n, *args)``."""
+
+    def __init__(self, stream_ptr: int, sm_count: int, prefer: str = "cuda.core", cc_stream=None):
+        self.sm = sm_count
+        self._cc_stream = cc_stream
+        self.errors = {}
+        self.via = None
+        for via in ([prefer] + [v for v in ("cuda.core", "cupy") if v != prefer]):
+            try:
+                getattr(self, "_init_" + via.replace(".", "_"))(stream_ptr)
+                self.via = via
+                break
+            except Exception as e:
+                self.errors[via] = f"{type(e).__name__}: {e}"[:300]
+        if self.via is None:
+            raise RuntimeError(f"no NVRTC path: {self.errors}")
+
+    def _init_cuda_core(self, stream_ptr):
+        try:
+            from cuda.core import Device, LaunchConfig, Program, ProgramOptions, Stream, launch
+        except ImportError:
+            from cuda.core.experimental import Device, LaunchConfig, Program, ProgramOptions, Stream, launch
+        dev = Device()
+        dev.set_current()
+        arch = getattr(dev, "arch", None) or "".join(str(v) for v in dev.compute_capability)
+        prog = Program(KERNELS, "c++", ProgramOptions(arch=f"sm_{arch}", std="c++17"))
+        mod = prog.compile("cubin")
+        stream = self._cc_stream if self._cc_stream is not None else Stream.from_handle(stream_ptr)
+        kernels = {}
+        old_api = []  # cuda.core before 0.3: launch(kernel, config) with the stream in the config
+
+        def call(name, grid, block, args):
+            ker = kernels.get(name)
+            if ker is None:
+                ker = kernels[name] = mod.get_kernel(name)
+            if old_api:
+                launch(ker, LaunchConfig(grid=grid, block=block, stream=stream), *args)
+                return
+            try:
+                launch(stream, LaunchConfig(grid=grid, block=block), ker, *args)
+            except TypeError:
+                old_api.append(True)
+                launch(ker, LaunchConfig(grid=grid, block=block, stream=stream), *args)
+        self._call = call
+
+    def _init_cupy(self, stream_ptr):
+        import cupy
+
+        mod = cupy.RawModule(code=KERNELS, options=("-std=c++17",))
+        stream = cupy.cuda.ExternalStream(stream_ptr)
+        fns = {}
+
+        def call(name, grid, block, args):
+            f = fns.get(name)
+            if f is None:
+                f = fns[name] = mod.get_function(name)
+            f((grid,), (block,), args, stream=stream)
+        self._call = call
+
+    def launch(self, name: str, n: int, *args):
+        block = 256
+        grid = int(max(1, min((n + block - 1) // block, self.sm * 16)))
+        self._call(name, grid, block, args)
+
+    def spin(self, cycles: int):
+        self._call("spin", 1, 1, (np.int64(cycles),))
+
+
+def _p(t) -> np.uint64:
+    return np.uint64(t.data_ptr())
+
+
+class CudaBackend:
+    """Kernels on the GPU: cuDNN and cuBLAS through torch, NVRTC kernels through cuda.core (else CuPy, else
+    torch's own), device events through cuda.core (else torch), all on one stream that cuda.core creates."""
+
+    name = "cuda"
+
+    def __init__(self, args):
+        import torch
+
+        self.torch = torch
+        if not torch.cuda.is_available():
+            raise RuntimeError("torch sees no CUDA device")
+        torch.cuda.init()
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = bool(args.tf32)
+        torch.backends.cudnn.allow_tf32 = bool(args.tf32)
+        self.dev = torch.device("cuda")
+        self.props = torch.cuda.get_device_properties(0)
+        self._paths = {"cudnn": f"torch {torch.__version__} (cudnn {torch.backends.cudnn.version()}, benchmark mode)",
+                       "cublas": f"torch {torch.__version__}", "pooling": "torch's CUDA pooling kernels",
+                       "math": "TF32 allowed" if args.tf32 else "strict FP32 (TF32 off)"}
+        self.errors = {}
+        # the stream: cuda.core's, else torch's own
+        self._cc_stream = None
+        try:
+            try:
+                from cuda.core import Device, EventOptions
+            except ImportError:
+                from cuda.core.experimental import Device, EventOptions
+            d = Device()
+            d.set_current()
+            self._cc_stream = d.create_stream()
+            ptr = int(self._cc_stream.handle)
+            self.stream = torch.cuda.ExternalStream(ptr)
+            self._EventOptions = EventOptions
+            self._paths["stream"] = "cuda.core Device().create_stream(), shared with torch (ExternalStream)"
+        except Exception as e:
+            self.errors["cuda.core stream"] = f"{type(e).__name__}: {e}"[:300]
+            self.stream = torch.cuda.Stream()
+            ptr = self.stream.cuda_stream
+            self._paths["stream"] = "torch.cuda.Stream (cuda.core failed)"
+        self.stream_ptr = ptr
+        # events: cuda.core's, else torch's
+        self._events = None
+        if self._cc_stream is not None and args.events != "torch":
+            try:
+                evs = [self._cc_stream.record(options=self._EventOptions(timing_enabled=True)) for _ in range(2)]
+                self._cc_stream.sync()
+                float(evs[1] - evs[0])
+                self._events = "cuda.core"
+            except Exception as e:
+                self.errors["cuda.core events"] = f"{type(e).__name__}: {e}"[:300]
+        if self._events is None:
+            self._events = "torch"
+        self._paths["events"] = {"cuda.core": "cuda.core Stream.record (timing events)",
+                                 "torch": "torch.cuda.Event"}[self._events]
+        # NVRTC
+        self.nv = None
+        if args.nvrtc != "torch":
+            try:
+                self.nv = _Nvrtc(ptr, self.props.multi_processor_count, prefer=args.nvrtc, cc_stream=self._cc_stream)
+                self.errors.update({f"nvrtc via {k}": v for k, v in self.nv.errors.items()})
+                self._nvrtc_selftest()
+            except Exception as e:
+                self.errors["nvrtc"] = f"{type(e).__name__}: {e}"[:300]
+                self.nv = None
+        self._paths["elementwise/movement"] = (f"NVRTC kernels via {self.nv.via}" if self.nv else
+                                               "torch's own kernels (NVRTC unavailable)")
+        self.cycles_per_ms = self._calibrate_spin()
+        self.rng = np.random.default_rng(0)
+        self._pool = []  # timing events, reused
+
+    # -- setup
+
+    def _nvrtc_selftest(self):
+        torch = self.torch
+        with torch.cuda.stream(self.stream):
+            a = torch.arange(1, 1001, dtype=torch.float32, device=self.dev)
+            b = torch.full_like(a, 2.0)
+            y = torch.empty_like(a)
+            self.nv.launch("b_add", a.numel(), _p(y), _p(a), _p(b), np.int64(a.numel()))
+            self.nv.launch("u4_relu", a.numel() // 4, _p(b), _p(y), np.int64(a.numel() // 4))
+        self.stream.synchronize()
+        if not torch.equal(b, a + 2):
+            raise RuntimeError("the NVRTC self-test computed a wrong result")
+
+    def _spin(self, ms: float):
+        if self.nv is not None and self.cycles_per_ms:
+            self.nv.spin(int(ms * self.cycles_per_ms))
+        elif self.cycles_per_ms:
+            with self.torch.cuda.stream(self.stream):
+                self.torch.cuda._sleep(int(ms * self.cycles_per_ms))
+
+    def _calibrate_spin(self):
+        """Clock cycles per millisecond of the spin kernel (None: no spin available)."""
+        cycles = 2_000_000
+        for attempt in ("nvrtc", "torch"):
+            try:
+                if attempt == "nvrtc" and self.nv is None:
+                    continue
+                ev = self._record_pair_timer()
+                ev.start()
+                if attempt == "nvrtc":
+                    self.nv.spin(cycles)
+                else:
+                    with self.torch.cuda.stream(self.stream):
+                        self.torch.cuda._sleep(cycles)
+                ms = ev.stop()
+                if ms > 0:
+                    # an idle GPU clocks low: a rate measured then would make the spins too short once it
+                    # clocks up, so never under 2.1 GHz (longer spins only cost idle milliseconds)
+                    self._paths["spin"] = (f"{attempt} spin kernel, measured at {cycles / ms / 1e3:.0f} MHz, "
+                                           "timed as at least 2100 MHz")
+                    return max(cycles / ms, 2.1e6)
+            except Exception as e:
+                self.errors[f"spin via {attempt}"] = f"{type(e).__name__}: {e}"[:300]
+        self._paths["spin"] = "none (host launch gaps may be timed)"
+        return None
+
+    def _record_pair_timer(self):
+        backend = self
+
+        class Pair:
+            def start(self):
+                self.evs = backend._record_events(1)
+
+            def stop(self):
+                self.evs += backend._record_events(1)
+                return backend._elapsed(self.evs)[0]
+        return Pair()
+
+    def _record_events(self, k: int) -> list:
+        out = []
+        for _ in range(k):
+            if self._events == "cuda.core":
+                out.append(self._cc_stream.record(options=self._EventOptions(timing_enabled=True)))
+            else:
+                e = self.torch.cuda.Event(enable_timing=True)
+                e.record(self.stream)
+                out.append(e)
+        return out
+
+    def _elapsed(self, evs: list) -> list:
+        if self._events == "cuda.core":
+            evs[-1].sync()
+            return [float(b - a) for a, b in zip(evs, evs[1:])]
+        evs[-1].synchronize()
+        return [float(a.elapsed_time(b)) for a, b in zip(evs, evs[1:])]
+
+    def device_info(self) -> dict:
+        torch = self.torch
+        smi = _nvidia_smi("name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,"
+                          "power.limit,pstate")
+        info = {"gpu": torch.cuda.get_device_name(0), "driver": smi.get("driver_version", "unknown"),
+                "compute_capability": ".".join(map(str, torch.cuda.get_device_capability(0))),
+                "sm_count": self.props.multi_processor_count,
+                "memory_gib": round(self.props.total_memory / 2**30, 1),
+                "cuda_runtime": torch.version.cuda, "cudnn": str(torch.backends.cudnn.version()),
+                "cublas": _cublas_version(), "nvrtc": _nvrtc_version(),
+                "packages": _versions(), "python": platform.python_version(), "machine": platform.platform(),
+                "nvidia_smi_at_start": smi}
+        return info
+
+    def paths(self) -> dict:
+        return dict(self._paths, errors=self.errors)
+
+    # -- ops
+
+    def prepare(self, rec: dict, pl: Plan) -> Prepared:
+        torch = self.torch
+        dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[rec["dtype"]]
+        xs_np = _inputs(rec, self.rng)
+        if pl.op == "view":
+            return Prepared(lambda: None, lambda: [xs_np[0].reshape(rec["out_shapes"][0])], "view (no kernel)", xs_np)
+        with torch.cuda.stream(self.stream):
+            xs = [torch.from_numpy(x).to(self.dev, dt) for x in xs_np]
+            ys = [torch.empty(tuple(s), dtype=dt, device=self.dev) for s in rec["out_shapes"]]
+        self.stream.synchronize()
+        last = _Last()
+        with torch.cuda.stream(self.stream):  # (its index tensors are copied on the stream the kernels run on)
+            run, backend, got = self._op(pl, xs, ys, dt == torch.float32, last)
+        torch.cuda.synchronize()
+
+        def stream_run():
+            with torch.cuda.stream(self.stream):
+                run()
+
+        def outputs():
+            self.stream.synchronize()
+            return [o.float().cpu().numpy() for o in (got() if got is not None else ys)]
+        stream_run()  # a trial run: what cannot run fails here
+        self.stream.synchronize()
+        shapes = [tuple(o.shape) for o in (got() if got is not None else ys)]
+        if shapes != [tuple(s) for s in rec["out_shapes"]]:
+            raise ValueError(f"{backend} gives shapes {shapes}, the signature says {rec['out_shapes']}")
+        return Prepared(stream_run, outputs, backend, xs_np, release=lambda: (xs.clear(), ys.clear()))
+
+    def _op(self, pl: Plan, xs, ys, f32: bool, last: "_Last"):
+        """(run, what runs, outputs or None where they are ``ys``) of a plan. Kernels that return their result
+        (rather than write into ``ys``) keep it in ``last``: the allocation is the caching allocator's, free."""
+        torch = self.torch
+        F = torch.nn.functional
+        p, y = pl.p, ys[0]
+        nv = self.nv if f32 else None
+        kept = lambda: [last.v]  # noqa: E731
+        if pl.op == "conv2d":
+            pt, pl_, pb, pr = p["pads"]
+            x, w = xs[0], xs[1]
+            extra = ""
+            if (pt, pl_) != (pb, pr):  # asymmetric: padded apart (an extra kernel, said so)
+                x = F.pad(x, (pl_, pr, pt, pb))
+                pt, pl_, extra = 0, 0, " + a pad kernel (asymmetric pads)"
+            bias = xs[2] if p["bias"] else None
+            args = (list(p["strides"]), [pt, pl_], list(p["dilations"]), p["group"])
+            if p["act"] == "relu" and self._ok("cudnn_convolution_relu"):
+                try:
+                    fused = torch.cudnn_convolution_relu
+                    with torch.cuda.stream(self.stream):
+                        r = fused(x, w, bias, *args)
+                    self.stream.synchronize()
+                    if tuple(r.shape) == tuple(y.shape):
+                        return (lambda: last.keep(fused(x, w, bias, *args))), \
+                            "cudnn conv+bias+relu, fused (torch.cudnn_convolution_relu)" + extra, kept
+                except Exception as e:
+                    self._failed("cudnn_convolution_relu", e)
+
+            def run():
+                r = F.conv2d(x, w, bias, *args)
+                if p["act"] != "none":
+                    _act_(r, p["act"])
+                last.keep(r)
+            return run, "cudnn conv" + (" + bias" if bias is not None else "") + _act_desc(p["act"]) + extra, kept
+        if pl.op == "matmul":
+            a, b = xs[0], xs[1]
+            bias = xs[2] if p["bias"] else None
+            if b.dim() == 2:  # one GEMM over all rows
+                a2, y2 = a.reshape(-1, a.shape[-1]), y.view(-1, y.shape[-1])
+                if bias is not None and p["act"] == "relu" and self._ok("_addmm_activation"):
+                    try:
+                        act = torch._addmm_activation
+                        with torch.cuda.stream(self.stream):
+                            r = act(bias, a2, b, use_gelu=False)
+                        self.stream.synchronize()
+                        if tuple(r.shape) == tuple(y2.shape):
+                            return (lambda: last.keep(act(bias, a2, b, use_gelu=False))), \
+                                "cublasLt gemm + bias + relu epilogue (torch._addmm_activation)", \
+                                (lambda: [last.v.view(y.shape)])
+                    except Exception as e:
+                        self._failed("_addmm_activation", e)
+                if bias is not None:
+                    def run():
+                        torch.addmm(bias, a2, b, out=y2)
+                        _act_(y2, p["act"])
+                    return run, "cublas gemm + bias (torch.addmm)" + _act_desc(p["act"]), None
+
+                def run():
+                    torch.mm(a2, b, out=y2)
+                    _act_(y2, p["act"])
+                return run, "cublas gemm (torch.mm)" + _act_desc(p["act"]), None
+
+            def run():
+                r = torch.matmul(a, b)
+                if bias is not None:
+                    r.add_(bias)
+                _act_(r, p["act"])
+                last.keep(r)
+            return run, "cublas batched gemm (torch.matmul)" + (" + a bias kernel" if bias is not None else "") + \
+                _act_desc(p["act"]), kept
+        if pl.op == "binary":
+            a, b = xs
+            fn, n = p["fn"], y.numel()
+            if nv is not None:
+                if tuple(a.shape) == tuple(b.shape) == tuple(y.shape):
+                    if n % 4 == 0:
+                        return (lambda: nv.launch(f"b4_{fn}", n // 4, _p(y), _p(a), _p(b), np.int64(n // 4))), \
+                            f"nvrtc b4_{fn}", None
+                    return (lambda: nv.launch(f"b_{fn}", n, _p(y), _p(a), _p(b), np.int64(n))), f"nvrtc b_{fn}", None
+                if b.numel() == 1 and tuple(a.shape) == tuple(y.shape):
+                    return (lambda: nv.launch(f"bsb_{fn}", n, _p(y), _p(a), _p(b), np.int64(n))), \
+                        f"nvrtc bsb_{fn} (scalar right operand)", None
+                if a.numel() == 1 and tuple(b.shape) == tuple(y.shape):
+                    return (lambda: nv.launch(f"bsa_{fn}", n, _p(y), _p(a), _p(b), np.int64(n))), \
+                        f"nvrtc bsa_{fn} (scalar left operand)", None
+                nd = y.dim()
+                meta = torch.tensor(list(y.shape) + _bstrides(a.shape, y.shape) + _bstrides(b.shape, y.shape),
+                                    dtype=torch.int64, device=self.dev)
+                return (lambda: nv.launch(f"bbc_{fn}", n, _p(y), _p(a), _p(b), np.int64(n), np.int32(nd), _p(meta))), \
+                    f"nvrtc bbc_{fn} (broadcast)", None
+            tf = {"add": torch.add, "mul": torch.mul, "sub": torch.sub, "div": torch.div}[fn]
+            return (lambda: tf(a, b, out=y)), f"torch {fn}", None
+        if pl.op == "unary":
+            x, fn, n = xs[0], p["fn"], y.numel()
+            if nv is not None:
+                if n % 4 == 0:
+                    return (lambda: nv.launch(f"u4_{fn}", n // 4, _p(y), _p(x), np.int64(n // 4))), f"nvrtc u4_{fn}", None
+                return (lambda: nv.launch(f"u_{fn}", n, _p(y), _p(x), np.int64(n))), f"nvrtc u_{fn}", None
+            tf = {"relu": lambda: torch.clamp_min(x, 0, out=y), "sigmoid": lambda: torch.sigmoid(x, out=y),
+                  "tanh": lambda: torch.tanh(x, out=y), "erf": lambda: torch.erf(x, out=y),
+                  "sqrt": lambda: torch.sqrt(x, out=y), "exp": lambda: torch.exp(x, out=y),
+                  "neg": lambda: torch.neg(x, out=y)}[fn]
+            return tf, f"torch {fn}", None
+        if pl.op == "batchnorm":
+            x, sc, bi, mu, var = xs
+            n, c = y.numel(), x.shape[1]
+            inner = n // max(1, x.shape[0] * c)
+            if nv is not None:
+                return (lambda: nv.launch("batchnorm", n, _p(y), _p(x), _p(sc), _p(bi), _p(mu), _p(var),
+                                          np.float32(p["eps"]), np.int64(n), np.int64(c), np.int64(inner))), \
+                    "nvrtc batchnorm", None
+            return (lambda: last.keep(F.batch_norm(x, mu, var, sc, bi, False, 0.0, p["eps"]))), \
+                "torch batch_norm (inference)", kept
+        if pl.op == "transpose":
+            x, perm = xs[0], p["perm"]
+            if nv is not None:
+                st = _strides(x.shape)
+                meta = torch.tensor(list(y.shape) + [st[q] for q in perm], dtype=torch.int64, device=self.dev)
+                n = y.numel()
+                return (lambda: nv.launch("transpose", n, _p(y), _p(x), np.int64(n), np.int32(y.dim()), _p(meta))), \
+                    "nvrtc transpose", None
+            return (lambda: y.copy_(x.permute(*perm))), "torch permute copy", None
+        if pl.op in ("concat", "split"):
+            ax = p["axis"]
+            parts = xs if pl.op == "concat" else ys
+            whole = y if pl.op == "concat" else xs[0]
+            outer, inner = _numel(whole.shape[:ax]), _numel(whole.shape[ax + 1:])
+            offs = [0]
+            for t in parts:
+                offs.append(offs[-1] + t.shape[ax] * inner)
+            if nv is not None:
+                ptrs = torch.tensor([t.data_ptr() for t in parts], dtype=torch.int64, device=self.dev)
+                offt = torch.tensor(offs, dtype=torch.int64, device=self.dev)
+                n, k, total = whole.numel(), len(parts), offs[-1]
+                if pl.op == "concat":
+                    return (lambda: nv.launch("concat", n, _p(y), _p(ptrs), _p(offt), np.int32(k), np.int64(outer),
+                                              np.int64(total))), "nvrtc concat (one launch)", None
+                return (lambda: nv.launch("split", n, _p(whole), _p(ptrs), _p(offt), np.int32(k), np.int64(outer),
+                                          np.int64(total))), "nvrtc split (one launch)", None
+            if pl.op == "concat":
+                return (lambda: torch.cat(xs, ax, out=y)), "torch cat", None
+            sizes = list(p["sizes"])
+
+            def run():
+                for o, piece in zip(ys, torch.split(xs[0], sizes, ax)):
+                    o.copy_(piece)
+            return run, f"torch split ({len(ys)} copies)", None
+        if pl.op == "pool":
+            x = xs[0]
+            pt, pl_, pb, pr = p["pads"]
+            extra = ""
+            if (pt, pl_) != (pb, pr) or pt > p["kernel"][0] // 2 or pl_ > p["kernel"][1] // 2:
+                if p["mode"] == "avg" and not p["count_include_pad"] and max(p["pads"]):
+                    raise Unsupported("average pooling with asymmetric pads not counted")
+                x = F.pad(x, (pl_, pr, pt, pb), value=-math.inf if p["mode"] == "max" else 0.0)
+                pt, pl_, extra = 0, 0, " + a pad kernel"
+            k, st = list(p["kernel"]), list(p["strides"])
+            if p["mode"] == "max":
+                return (lambda: last.keep(F.max_pool2d(x, k, st, [pt, pl_]))), "torch max_pool2d" + extra, kept
+            cip = bool(p["count_include_pad"])
+            return (lambda: last.keep(F.avg_pool2d(x, k, st, [pt, pl_], count_include_pad=cip))), \
+                "torch avg_pool2d" + extra, kept
+        if pl.op == "pad2d":
+            x = xs[0]
+            nc, h, w = x.shape[0] * x.shape[1], x.shape[2], x.shape[3]
+            oh, ow = y.shape[2], y.shape[3]
+            t, l_ = p["top"], p["left"]
+            if nv is not None:
+                n = y.numel()
+                return (lambda: nv.launch("pad2d", n, _p(y), _p(x), np.int64(nc), np.int64(h), np.int64(w),
+                                          np.int64(oh), np.int64(ow), np.int64(t), np.int64(l_))), "nvrtc pad2d", None
+            return (lambda: last.keep(F.pad(x, (l_, ow - w - l_, t, oh - h - t)))), "torch pad", kept
+        if pl.op == "softmax":
+            return (lambda: last.keep(torch.softmax(xs[0], -1))), "torch softmax (last axis; approximate)", kept
+        if pl.op == "layernorm":
+            x = xs[0]
+            w = xs[1] if p["affine"] else None
+            b = xs[2] if p["bias"] else None
+            return (lambda: last.keep(F.layer_norm(x, (x.shape[-1],), w, b, p["eps"]))), \
+                "torch layer_norm (last axis; approximate)", kept
+        if pl.op == "gavgpool":
+            return (lambda: last.keep(torch.mean(xs[0], (2, 3), keepdim=True))), "torch mean over H, W", kept
+        if pl.op == "copy":
+            src = xs[0].reshape(-1)[:y.numel()].view(y.shape)
+            if nv is not None:
+                n = y.numel()
+                return (lambda: nv.launch("u_copy", n, _p(y), _p(src), np.int64(n))), \
+                    "nvrtc copy (approximate)", None
+            return (lambda: y.copy_(src)), "torch copy (approximate)", None
+        raise Unsupported(f"no CUDA kernel for {pl.op}")
+
+    def _ok(self, what: str) -> bool:
+        """Whether an optional kernel path has not failed before (a failing one is not retried)."""
+        return what not in self.errors
+
+    def _failed(self, what: str, e: Exception) -> None:
+        self.errors.setdefault(what, f"{type(e).__name__}: {e}"[:300])
+
+    def time(self, prep: Prepared, warmup: int, repeats: int, cap_s: float) -> tuple[list, int, int]:
+        # one run timed alone: the cap, and the spin's length
+        t = self._record_pair_timer()
+        t.start()
+        prep.run()
+        one_ms = t.stop()
+        warmup, repeats = _fit_cap(one_ms / 1e3, warmup, repeats, cap_s)
+        h0 = time.perf_counter()
+        for _ in range(max(1, warmup)):
+            prep.run()
+        per_run_ms = 1e3 * (time.perf_counter() - h0) / max(1, warmup)  # the host's enqueueing time per run
+        self.stream.synchronize()
+        spin_ms = min(50.0, max(1.0, 1.5 * (repeats + 1) * (per_run_ms + 0.02) + 0.3))
+        for _attempt in range(3):
+            h0 = time.perf_counter()
+            self._spin(spin_ms)
+            evs = self._record_events(1)
+            for _ in range(repeats):
+                prep.run()
+                evs += self._record_events(1)
+            host_ms = 1e3 * (time.perf_counter() - h0)
+            times = self._elapsed(evs)
+            # no launch gaps in the times where the host enqueued everything while the GPU was still spinning,
+            # or enqueues a run faster than the GPU runs one
+            if (self.cycles_per_ms is None or host_ms < 0.8 * spin_ms or host_ms / max(1, repeats) < min(times)
+                    or host_ms > 200):
+                break
+            spin_ms = min(50.0, 2.0 * host_ms + 0.5)
+        return times, warmup, repeats
+
+    def close(self):
+        try:
+            self.torch.cuda.synchronize()
+        except Exception:
+            pass
+
+
+class _Last:
+    """The result a kernel returned (kept, so that the next run's allocation reuses its memory)."""
+
+    v = None
+
+    def keep(self, r):
+        self.v = r
+
+
+def _act_(t, act):
+    """``t`` with its activation applied in place (a kernel of its own)."""
+    if act == "relu":
+        t.relu_()
+    elif act == "relu6":
+        t.clamp_(0, 6)
+
+
+def _act_desc(act: str) -> str:
+    return "" if act == "none" else f" + {act} kernel"
+
+
+def _strides(shape) -> list:
+    st, acc = [], 1
+    for d in reversed(list(shape)):
+        st.append(acc)
+        acc *= d
+    return st[::-1]
+
+
+def _bstrides(shape, out_shape) -> list:
+    """Strides of a tensor of ``shape`` broadcast to ``out_shape`` (0 along broadcast dimensions)."""
+    shape = [1] * (len(out_shape) - len(shape)) + list(shape)
+    st = _strides(shape)
+    return [0 if s == 1 else t for s, t in zip(shape, st)]
+
+
+def _cublas_version() -> str:
+    """cuBLAS's version: from the library itself through CuPy, else the wheel's."""
+    try:
+        import cupy.cuda.cublas as cublas
+
+        h = cublas.create()
+        try:
+            return str(cublas.getVersion(h))
+        finally:
+            cublas.destroy(h)
+    except Exception:
+        return _pkg("nvidia-cublas") or _pkg("nvidia-cublas-cu12") or "unknown"
+
+
+def _nvrtc_version() -> str:
+    try:
+        from cuda.bindings import nvrtc
+
+        err, major, minor = nvrtc.nvrtcVersion()
+        return f"{major}.{minor}"
+    except Exception:
+        return _pkg("nvidia-cuda-nvrtc") or "unknown"
+
+
+def _pkg(name: str):
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except Exception:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the measuring loop
+
+
+def _now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def short_name(gpu: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100' (the table's file name and ``cuda:<name>``)."""
+    g = gpu.lower()
+    for k in ("h200", "h100", "b200", "gh200", "a100", "l40s", "l4", "v100", "t4", "a10g"):
+        if k in g.split() or k in g.replace("-", " ").split() or f" {k} " in f" {g} ":
+            return k
+    return "".join(c if c.isalnum() else "-" for c in g).strip("-") or "gpu"
+
+
+class Calibration:
+    """The loop's state: the table being written, its checkpoints, the budget."""
+
+    def __init__(self, args, backend, sig_header: dict, recs: list, t0: float):
+        self.args, self.backend, self.t0 = args, backend, t0
+        self.recs = recs
+        self.lock = threading.RLock()
+        dev = backend.device_info()
+        self.table = {
+            "format": TABLE_FORMAT,
+            "name": args.name or ("dry" if backend.name == "dry" else short_name(dev["gpu"])), "device": dev, "date": _now_iso(),
+            "method": {"backend": backend.name, "warmup": args.warmup, "repeats": args.repeats,
+                       "statistic": "median of per-run device-event times (q1/q3 the quartiles)",
+                       "cap_s": args.cap_s, "inputs": "uniform [0.5, 1.5), the same buffers over the repeats",
+                       "timing": "each run between two events, behind a spin kernel (device time, no host gaps)"
+                       if backend.name == "cuda" else "wall clock around numpy (a rehearsal, not a GPU timing)",
+                       "tf32": bool(args.tf32)},
+            "paths": backend.paths(),
+            "signatures_file": {k: sig_header.get(k) for k in ("commit", "date", "suite", "models", "targets",
+                                                               "strategies")} | {"count": len(recs)},
+            "complete": False, "stopped": None, "elapsed_s": 0.0,
+            "counts": {}, "entries": {}, "failed": {}, "unsupported": {}, "checks": {}}
+        self.current = None  # (key, start time) of the signature being measured
+        self._last_write = 0.0
+
+    def resume_from(self, path: str) -> int:
+        """Take over the results of an earlier table of the same device and backend; how many."""
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f)
+        if old.get("format") != TABLE_FORMAT:
+            raise SystemExit(f"calibrate: cannot resume {path}: not a table")
+        if old["device"].get("gpu") != self.table["device"]["gpu"] or \
+                old["method"].get("backend") != self.table["method"]["backend"]:
+            raise SystemExit(f"calibrate: cannot resume {path}: measured on {old['device'].get('gpu')} "
+                             f"({old['method'].get('backend')}), this is {self.table['device']['gpu']}")
+        for k in ("entries", "failed", "unsupported", "checks"):
+            self.table[k].update(old.get(k) or {})
+        self.table["resumed_from"] = {"date": old.get("date"), "elapsed_s": old.get("elapsed_s")}
+        return len(old.get("entries") or {}) + len(old.get("failed") or {}) + len(old.get("unsupported") or {})
+
+    def _put(self, section: str, key: str, value) -> None:
+        with self.lock:  # (the watchdog may be writing the table)
+            self.table[section][key] = value
+
+    def done(self, key: str) -> bool:
+        t = self.table
+        return key in t["entries"] or key in t["failed"] or key in t["unsupported"]
+
+    def write(self, final: bool = False, stopped=None) -> None:
+        with self.lock:
+            t = self.table
+            t["elapsed_s"] = round(time.monotonic() - self.t0, 2)
+            if stopped:
+                t["stopped"] = stopped
+            todo = sum(1 for r in self.recs if not self.done(r["key"]))
+            t["complete"] = todo == 0
+            t["counts"] = {"signatures": len(self.recs), "measured": len(t["entries"]), "failed": len(t["failed"]),
+                           "unsupported": len(t["unsupported"]), "not_reached": todo,
+                           "views": sum(1 for e in t["entries"].values() if e.get("backend", "").startswith("view")),
+                           "approximate": sum(1 for e in t["entries"].values() if e.get("approx"))}
+            tmp = f"{self.args.out}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(t, f, indent=0, sort_keys=False)
+            os.replace(tmp, self.args.out)
+            self._last_write = time.monotonic()
+
+    def maybe_checkpoint(self) -> None:
+        if time.monotonic() - self._last_write >= self.args.checkpoint_s:
+            self.write()
+
+    def measure_one(self, rec: dict, check: bool) -> str:
+        """Measure one signature into the table; 'measured', 'failed' or 'unsupported'."""
+        key, a = rec["key"], self.args
+        try:
+            pl = plan(rec)
+        except Unsupported as e:
+            self._put("unsupported", key, str(e))
+            return "unsupported"
+        except Exception as e:  # a malformed record
+            self._put("failed", key, f"plan: {type(e).__name__}: {e}"[:300])
+            return "failed"
+        prep = None
+        try:
+            prep = self.backend.prepare(rec, pl)
+            if pl.op == "view":
+                entry = {"ms": 0.0, "q1_ms": 0.0, "q3_ms": 0.0, "repeats": 0, "backend": prep.backend}
+            else:
+                cap = max(0.05, min(a.cap_s, self.deadline - time.monotonic()))
+                times, w, r = self.backend.time(prep, a.warmup, a.repeats, cap)
+                q1, med, q3 = (float(v) for v in np.percentile(times, [25, 50, 75]))
+                entry = {"ms": med, "q1_ms": q1, "q3_ms": q3, "min_ms": float(min(times)), "repeats": r, "warmup": w,
+                         "backend": prep.backend}
+            if pl.approx:
+                entry["approx"] = True
+            if check:
+                entry["rel_err"] = self._check(rec, pl, prep)
+            self._put("entries", key, entry)
+            return "measured"
+        except Unsupported as e:
+            self._put("unsupported", key, str(e))
+            return "unsupported"
+        except Exception as e:
+            self._put("failed", key, f"{type(e).__name__}: {e}"[:300])
+            return "failed"
+        finally:
+            if prep is not None:
+                try:
+                    prep.release()
+                except Exception:
+                    pass
+
+    def _check(self, rec: dict, pl: Plan, prep: Prepared) -> float:
+        """The relative error of the kernel's results against numpy's (float64), recorded per kind and path."""
+        want = reference(pl, [np.asarray(x, dtype=np.float64) for x in prep.inputs], rec["out_shapes"])
+        got = prep.outputs()
+        err = max(rel_error(g, w) for g, w in zip(got, want))
+        tol = 1e-2 if (self.args.tf32 or rec["dtype"] != "f32") else 1e-4
+        c = self.table["checks"].setdefault(f"{rec['kind']} | {prep.backend}", {"n": 0, "max_rel_err": 0.0})
+        c["n"] += 1
+        c["max_rel_err"] = max(c["max_rel_err"], err)
+        c["ok"] = c["max_rel_err"] <= tol
+        return err
+
+    def run(self, recs: list, budget_s: float, smoke: bool = False) -> dict:
+        a = self.args
+        self.deadline = self.t0 + budget_s - a.reserve_s
+        stats = {"measured": 0, "failed": 0, "unsupported": 0, "skipped": 0}
+        checked: dict = {}
+        self._start_watchdog()
+        stopped = None
+        for i, rec in enumerate(recs):
+            if self.done(rec["key"]):
+                stats["skipped"] += 1
+                continue
+            if time.monotonic() >= self.deadline:
+                stopped = f"budget: {budget_s:g} s reached before signature {i + 1} of {len(recs)}"
+                break
+            # a few small signatures of each kind are checked against numpy (smoke: every small one)
+            check = work(rec) <= a.check_work and (smoke or checked.get(rec["kind"], 0) < a.checks_per_kind)
+            if check:
+                checked[rec["kind"]] = checked.get(rec["kind"], 0) + 1
+            self.current = (rec["key"], time.monotonic())
+            what = self.measure_one(rec, check)
+            self.current = None
+            stats[what] += 1
+            if a.verbose or smoke:
+                e = self.table["entries"].get(rec["key"])
+                print(_row(rec, what, e, self.table), flush=True)
+            self.maybe_checkpoint()
+        self.write(final=True, stopped=stopped)
+        self._stop_watchdog = True
+        return stats
+
+    def _start_watchdog(self):
+        self._stop_watchdog = False
+        a = self.args
+
+        def watch():
+            while not self._stop_watchdog:
+                time.sleep(0.5)
+                cur = self.current
+                now = time.monotonic()
+                late = now > self.deadline + a.reserve_s + a.hang_s
+                hung = cur is not None and now - cur[1] > a.hang_s
+                if hung or late:
+                    why = (f"watchdog: signature {cur[0][:120]} ran over {a.hang_s:g} s" if hung
+                           else "watchdog: past the budget")
+                    try:
+                        if cur is not None:
+                            self._put("failed", cur[0], why)
+                        self.write(final=True, stopped=why)
+                    finally:
+                        sys.stderr.write(f"calibrate: {why}; the table so far is in {a.out}\n")
+                        sys.stderr.flush()
+                        os._exit(3)
+        threading.Thread(target=watch, daemon=True).start()
+
+
+def work(rec: dict) -> float:
+    """Multiply-adds (conv2d, matmul) or elements touched: what a numpy check of the signature costs."""
+    outs = sum(_numel(s) for s in rec["out_shapes"])
+    try:
+        if rec["kind"] == "conv2d":
+            return outs * _numel(rec["in_shapes"][1][1:])
+        if rec["kind"] == "matmul":
+            return outs * rec["in_shapes"][0][-1]
+    except (IndexError, TypeError):
+        pass
+    return outs + sum(_numel(s) for s in rec["in_shapes"])
+
+
+def _row(rec: dict, what: str, e, table) -> str:
+    shapes = " ".join("x".join(map(str, s)) or "()" for s in rec["in_shapes"])
+    if e is None:
+        why = table["failed"].get(rec["key"]) or table["unsupported"].get(rec["key"]) or ""
+        return f"{rec['kind']:<24} {shapes[:44]:<44} {what}: {why[:100]}"
+    err = f" err {e['rel_err']:.1e}" if "rel_err" in e else ""
+    return (f"{rec['kind']:<24} {shapes[:44]:<44} {e['ms'] * 1e3:10.2f} us  IQR {e['q1_ms'] * 1e3:.2f}-"
+            f"{e['q3_ms'] * 1e3:.2f}  x{e['repeats']}{err}  {e['backend']}")
+
+
+def order(recs: list) -> list:
+    """The measuring order: the earliest-priced signatures first (a model's own ops before its rewrites'
+    variants), then the ones more models share."""
+    return sorted(recs, key=lambda r: (r.get("rank", 0), -r.get("models", 1), r["key"]))
+
+
+def smoke_pick(recs: list, n: int) -> list:
+    """About ``n`` signatures for a first look: the smallest of each kind, then the largest conv2d and matmul."""
+    by_kind: dict = {}
+    for r in recs:
+        by_kind.setdefault(r["kind"], []).append(r)
+    size = lambda r: sum(_numel(s) for s in r["in_shapes"] + r["out_shapes"])  # noqa: E731
+    main = ["conv2d", "matmul", "ewadd", "relu", "concat", "split", "transpose", "maxpool2d", "avgpool2d",
+            "batchnorm", "ewmul", "smul", "sigmoid", "tanh", "reshape"]
+    kinds = [k for k in main if k in by_kind] + sorted(k for k in by_kind if k not in main)
+    pick = [min(by_kind[k], key=size) for k in kinds]
+    for k in ("conv2d", "matmul"):
+        if k in by_kind:
+            pick.insert(2, max(by_kind[k], key=size))
+    seen, out = set(), []
+    for r in pick:
+        if r["key"] not in seen:
+            seen.add(r["key"])
+            out.append(r)
+    return out[:max(1, n)]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="measure the op signatures on this GPU into a cuda:<gpu> table")
+    ap.add_argument("--sigs", default=DEFAULT_SIGS, help="the signatures file (default: signatures.jsonl beside this)")
+    ap.add_argument("--out", required=True, help="the table to write (JSON; checkpointed as it goes)")
+    ap.add_argument("--name", default="", help="the table's GPU name (default: from the device, e.g. h100)")
+    ap.add_argument("--dry-run", action="store_true", help="rehearse on the CPU: numpy kernels, wall clock")
+    ap.add_argument("--smoke", type=int, default=0, metavar="N", help="measure and check about N signatures, print them")
+    ap.add_argument("--budget-s", type=float, default=300.0, help="stop measuring before this many seconds from the start")
+    ap.add_argument("--reserve-s", type=float, default=3.0, help="seconds kept for the last write")
+    ap.add_argument("--checkpoint-s", type=float, default=5.0, help="write the table at least this often")
+    ap.add_argument("--cap-s", type=float, default=2.0, help="seconds one signature's runs may take (fewer repeats)")
+    ap.add_argument("--hang-s", type=float, default=60.0, help="the watchdog's limit for one signature")
+    ap.add_argument("--warmup", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=32)
+    ap.add_argument("--limit", type=int, default=0, help="measure at most this many signatures (0: all)")
+    ap.add_argument("--resume", action="store_true", help="continue the table in --out (same device and backend)")
+    ap.add_argument("--tf32", action="store_true", help="allow TF32 in cuBLAS and cuDNN (default: strict FP32)")
+    ap.add_argument("--nvrtc", choices=("cuda.core", "cupy", "torch"), default="cuda.core",
+                    help="the elementwise/movement kernels: NVRTC through cuda.core (default) or CuPy, or torch's own")
+    ap.add_argument("--events", choices=("cuda.core", "torch"), default="cuda.core", help="the timing events")
+    ap.add_argument("--checks-per-kind", type=int, default=2, help="signatures per kind checked against numpy")
+    ap.add_argument("--check-work", type=float, default=2e7, help="only signatures this small are checked")
+    ap.add_argument("-v", "--verbose", action="store_true", help="a line per signature")
+    a = ap.parse_args(argv)
+    t0 = time.monotonic()
+    header, everything = read_signatures(a.sigs)
+    recs = smoke_pick(everything, a.smoke) if a.smoke else order(everything)
+    if a.limit:
+        recs = recs[:a.limit]
+    print(f"calibrate: {len(recs)} signatures from {a.sigs} (dumped at {header.get('commit')}, {header.get('date')})",
+          flush=True)
+    try:
+        backend = DryBackend(a) if a.dry_run else CudaBackend(a)
+    except Exception as e:
+        print(f"calibrate: error: cannot start the {'dry' if a.dry_run else 'cuda'} backend: "
+              f"{type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    cal = Calibration(a, backend, header, everything, t0)  # (complete: every signature of the file)
+    if a.resume and os.path.exists(a.out):
+        print(f"calibrate: resuming {a.out}: {cal.resume_from(a.out)} signatures already done", flush=True)
+    print(f"calibrate: device {cal.table['device']['gpu']}; paths: " +
+          "; ".join(f"{k}: {v}" for k, v in cal.table["paths"].items() if k != "errors"), flush=True)
+    for k, v in cal.table["paths"].get("errors", {}).items():
+        print(f"calibrate: note: {k} failed: {v}", flush=True)
+    cal.write()
+    stats = cal.run(recs, a.budget_s, smoke=bool(a.smoke))
+    backend.close()
+    t = cal.table
+    print(f"calibrate: {t['counts']['measured']} measured ({t['counts']['views']} views, "
+          f"{t['counts']['approximate']} approximate), {t['counts']['failed']} failed, "
+          f"{t['counts']['unsupported']} unsupported, {t['counts']['not_reached']} not reached, in "
+          f"{t['elapsed_s']:.1f} s{'; stopped: ' + t['stopped'] if t['stopped'] else ''} -> {a.out}", flush=True)
+    bad = {k: v for k, v in t["checks"].items() if not v.get("ok")}
+    for k, v in t["checks"].items():
+        if a.smoke or not v.get("ok"):
+            print(f"calibrate: check {k}: {v['n']} checked, max rel err {v['max_rel_err']:.2e}"
+                  f"{'' if v.get('ok') else '  WRONG'}", flush=True)
+    if t["failed"]:
+        for k, v in list(t["failed"].items())[:10]:
+            print(f"calibrate: failed: {k[:100]}: {v}", flush=True)
+    return 1 if (bad or (a.smoke and t["failed"])) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,379 @@
+"""The GPU calibration runner (benchmarks/gpu/calibrate.py, issue 24), rehearsed on the CPU: every dumped kind has
+a kernel plan whose shapes match the signature, the dry run's loop checkpoints, stops at its budget, resumes and
+survives failing or hanging signatures, its table is what ``cost-model=cuda:<gpu>`` reads, the NVRTC kernels'
+source computes the right thing (compiled for the CPU), and the script imports nothing the GPU machine lacks.
+The CUDA backend itself runs only where a GPU is (skipped here with the reason)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "gpu" / "calibrate.py"
+SIGS = ROOT / "benchmarks" / "gpu" / "signatures.jsonl"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("taso_gpu_calibrate", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+cal = _load()
+
+
+def records():
+    return cal.read_signatures(str(SIGS))[1]
+
+
+def small_sigs(tmp_path, n_per_kind=2, extra=()) -> Path:
+    """A signatures file of the smallest ``n_per_kind`` signatures of every kind in the shipped dump."""
+    header, recs = cal.read_signatures(str(SIGS))
+    by = {}
+    for r in recs:
+        by.setdefault(r["kind"], []).append(r)
+    pick = [r for k in sorted(by) for r in sorted(by[k], key=cal.work)[:n_per_kind]] + list(extra)
+    p = tmp_path / "sigs.jsonl"
+    p.write_text("\n".join(json.dumps(x) for x in [header] + pick) + "\n")
+    return p
+
+
+def run(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# plans and kernels
+
+
+def test_every_dumped_kind_has_a_kernel_plan():
+    recs = records()
+    kinds = sorted({r["kind"] for r in recs})
+    unsupported = {}
+    for r in recs:
+        try:
+            cal.plan(r)
+        except cal.Unsupported as e:
+            unsupported.setdefault(r["kind"], str(e))
+    assert not unsupported, unsupported
+    assert {"conv2d", "matmul", "concat", "split", "transpose", "ewadd", "relu", "maxpool2d", "batchnorm"} <= set(kinds)
+
+
+def test_unknown_kinds_and_integer_ops_are_unsupported_not_dropped():
+    with pytest.raises(cal.Unsupported, match="no kernel for onnx.NonMaxSuppression"):
+        cal.plan({"kind": "onnx.NonMaxSuppression", "attrs": [], "in_shapes": [[1, 4]], "out_shapes": [[1, 4]],
+                  "dtype": "f32"})
+    with pytest.raises(cal.Unsupported, match="only float kernels"):
+        cal.plan({"kind": "ewadd", "attrs": [], "in_shapes": [[4], [4]], "out_shapes": [[4]], "dtype": "si64"})
+    # a view of integers launches nothing: it is measured (0), not unsupported
+    assert cal.plan({"kind": "onnx.Unsqueeze", "attrs": [], "in_shapes": [[2, 3], [1]], "out_shapes": [[2, 1, 3]],
+                     "dtype": "si64"}).op == "view"
+
+
+def test_dry_kernels_give_every_signatures_shapes():
+    """The plan of the smallest signature of each kind, run by numpy, gives the signature's result shapes (a
+    misread attribute would not)."""
+    be = cal.DryBackend(None)
+    by = {}
+    for r in records():
+        if r["kind"] not in by or cal.work(r) < cal.work(by[r["kind"]]):
+            by[r["kind"]] = r
+    for r in by.values():
+        prep = be.prepare(r, cal.plan(r))  # raises on a shape mismatch
+        assert [tuple(y.shape) for y in prep.outputs()] == [tuple(s) for s in r["out_shapes"]]
+
+
+def test_generic_maxpool_window_is_inferred_from_the_shapes():
+    p = cal.plan({"kind": "onnx.MaxPool", "attrs": [], "in_shapes": [[1, 64, 111, 111]],
+                  "out_shapes": [[1, 64, 55, 55]], "dtype": "f32"})
+    assert p.approx and p.p["kernel"] == (3, 3) and p.p["strides"] == (2, 2)
+
+
+def test_broadcast_strides():
+    assert cal._bstrides((1, 256, 1, 1), (1, 256, 14, 14)) == [0, 1, 0, 0]
+    assert cal._bstrides((14,), (2, 3, 14)) == [0, 0, 1]
+    assert cal._bstrides((), (2, 3)) == [0, 0]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler to run the kernels' source on the CPU")
+def test_nvrtc_kernel_source_computes_the_reference_on_the_cpu(tmp_path):
+    """The CUDA source of the elementwise and data-movement kernels, compiled for the CPU with a one-thread grid,
+    against numpy: the index arithmetic of broadcast, transpose, concat, split, batchnorm and pad2d."""
+    import ctypes
+
+    stub = ("#include <math.h>\nstruct dim3 { unsigned x, y, z; };\n"
+            "static const dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0}, blockDim = {1, 1, 1}, gridDim = {1, 1, 1};\n"
+            "struct float4 { float x, y, z, w; };\n"
+            "static long long clock64() { return 0; }\nstatic float rsqrtf(float v) { return 1.f / sqrtf(v); }\n"
+            "#define __global__\n#define __restrict__\n")
+    src = tmp_path / "k.cpp"
+    src.write_text(stub + cal.KERNELS)
+    lib = tmp_path / "k.so"
+    r = subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-o", str(lib), str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    k = ctypes.CDLL(str(lib))
+    rng = np.random.default_rng(1)
+    P = lambda a: ctypes.c_void_p(a.ctypes.data)  # noqa: E731
+    L = ctypes.c_longlong
+
+    def f32(*shape):
+        return np.ascontiguousarray(rng.uniform(0.5, 1.5, shape).astype(np.float32))
+
+    # binary: same shape, vector of 4, scalar, broadcast
+    a, b = f32(2, 3, 4), f32(2, 3, 4)
+    y = np.zeros_like(a)
+    k.b_sub(P(y), P(a), P(b), L(a.size))
+    assert np.allclose(y, a - b)
+    k.b4_mul(P(y), P(a), P(b), L(a.size // 4))
+    assert np.allclose(y, a * b)
+    s = f32()
+    k.bsb_div(P(y), P(a), P(s), L(a.size))
+    assert np.allclose(y, a / s)
+    k.bsa_sub(P(y), P(s), P(a), L(a.size))
+    assert np.allclose(y, s - a)
+    x, c = f32(2, 5, 3, 3), f32(1, 5, 1, 1)
+    y = np.zeros_like(x)
+    meta = np.array(list(x.shape) + cal._bstrides(x.shape, x.shape) + cal._bstrides(c.shape, x.shape), np.int64)
+    k.bbc_mul(P(y), P(x), P(c), L(x.size), ctypes.c_int(4), P(meta))
+    assert np.allclose(y, x * c)
+    # unary
+    n4 = x.size // 4  # the vector kernel covers the first 4 * n4 elements
+    k.u4_sigmoid(P(y), P(x), L(n4))
+    assert np.allclose(y.ravel()[:4 * n4], (1 / (1 + np.exp(-x))).ravel()[:4 * n4], atol=1e-6)
+    k.u_erf(P(y), P(x), L(x.size))
+    assert np.allclose(y, np.vectorize(math.erf)(x), atol=1e-6)
+    # batchnorm over axis 1
+    sc, bi, mu, var = f32(5), f32(5), f32(5), f32(5)
+    k.batchnorm(P(y), P(x), P(sc), P(bi), P(mu), P(var), ctypes.c_float(1e-5), L(x.size), L(5), L(9))
+    shp = (1, 5, 1, 1)
+    want = (x - mu.reshape(shp)) / np.sqrt(var.reshape(shp) + 1e-5) * sc.reshape(shp) + bi.reshape(shp)
+    assert np.allclose(y, want, rtol=1e-5)
+    # transpose
+    perm = (0, 2, 3, 1)
+    yt = np.zeros(tuple(x.shape[p] for p in perm), np.float32)
+    st = cal._strides(x.shape)
+    meta = np.array(list(yt.shape) + [st[p] for p in perm], np.int64)
+    k.transpose(P(yt), P(x), L(yt.size), ctypes.c_int(4), P(meta))
+    assert np.array_equal(yt, np.transpose(x, perm))
+    # concat and split along axis 1 of three pieces
+    parts = [f32(2, n, 3) for n in (1, 4, 2)]
+    whole = np.zeros((2, 7, 3), np.float32)
+    offs = np.array([0, 3, 15, 21], np.int64)
+    ptrs = np.array([p.ctypes.data for p in parts], np.uint64)
+    k.concat(P(whole), P(ptrs), P(offs), ctypes.c_int(3), L(2), L(21))
+    assert np.array_equal(whole, np.concatenate(parts, axis=1))
+    outs = [np.zeros_like(p) for p in parts]
+    ptrs = np.array([o.ctypes.data for o in outs], np.uint64)
+    k.split(P(whole), P(ptrs), P(offs), ctypes.c_int(3), L(2), L(21))
+    assert all(np.array_equal(o, p) for o, p in zip(outs, parts))
+    # enlarge's zero padding, 1x1 -> 3x3 centred
+    w = f32(4, 2, 1, 1)
+    big = np.full((4, 2, 3, 3), 7.0, np.float32)
+    k.pad2d(P(big), P(w), L(8), L(1), L(1), L(3), L(3), L(1), L(1))
+    assert np.array_equal(big, np.pad(w, ((0, 0), (0, 0), (1, 1), (1, 1))))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the loop, dry
+
+
+@pytest.fixture
+def tables(tmp_path, monkeypatch):
+    from taso_mlir.passes.cost import cuda_table as CT
+
+    d = tmp_path / "tables"
+    d.mkdir()
+    monkeypatch.setenv(CT.TABLES_ENV, str(d))
+    return d
+
+
+def test_dry_run_writes_a_complete_table_that_cuda_targets_read(tmp_path, tables):
+    from taso_mlir.passes.cost.oracle import get_cost_model
+
+    sigs = small_sigs(tmp_path)
+    out = tables / "dry.json"
+    r = run("--dry-run", "--sigs", sigs, "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    t = json.loads(out.read_text())
+    n = len(sigs.read_text().splitlines()) - 1
+    assert t["complete"] and t["stopped"] is None and t["counts"]["signatures"] == n
+    assert t["counts"]["measured"] == n and not t["failed"] and not t["unsupported"]
+    assert t["method"]["backend"] == "dry" and "not a GPU measurement" in t["device"]["gpu"]
+    assert t["signatures_file"]["commit"] and t["checks"] and all(c["ok"] for c in t["checks"].values())
+    for e in t["entries"].values():
+        assert e["q1_ms"] <= e["ms"] <= e["q3_ms"] and (e["repeats"] >= 5 or e["backend"].startswith("view"))
+    cm = get_cost_model("cuda:dry")
+    assert cm.describe().startswith("measured on DRY RUN") and len(cm.entries) == n
+    from taso_mlir.passes.cost.cuda_table import sig_from_key
+
+    k = next(iter(t["entries"]))
+    assert cm.cost(sig_from_key(k)) == pytest.approx(t["entries"][k]["ms"]) and cm.hits == 1
+
+
+def test_budget_stops_cleanly_and_resume_finishes(tmp_path):
+    sigs = small_sigs(tmp_path, n_per_kind=3)
+    out = tmp_path / "t.json"
+    # a budget spent before the loop starts measures nothing, but leaves a valid, incomplete table
+    r = run("--dry-run", "--sigs", sigs, "--out", out, "--budget-s", "0.01", "--reserve-s", "0")
+    assert r.returncode == 0, r.stderr
+    t = json.loads(out.read_text())
+    assert not t["complete"] and "budget" in t["stopped"] and t["counts"]["not_reached"] == t["counts"]["signatures"]
+    # a few at a time with --limit, then the rest resumed
+    r = run("--dry-run", "--sigs", sigs, "--out", out, "--limit", "5")
+    t1 = json.loads(out.read_text())
+    assert r.returncode == 0 and len(t1["entries"]) == 5 and not t1["complete"]
+    r = run("--dry-run", "--sigs", sigs, "--out", out, "--resume")
+    assert r.returncode == 0, r.stderr
+    t2 = json.loads(out.read_text())
+    assert t2["complete"] and "resuming" in r.stdout and t2["resumed_from"]
+    assert all(t2["entries"][k] == v for k, v in t1["entries"].items())  # kept, not measured again
+
+
+def test_resume_refuses_another_device(tmp_path):
+    sigs = small_sigs(tmp_path, n_per_kind=1)
+    out = tmp_path / "t.json"
+    assert run("--dry-run", "--sigs", sigs, "--out", out, "--limit", "2").returncode == 0
+    t = json.loads(out.read_text())
+    t["device"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    out.write_text(json.dumps(t))
+    r = run("--dry-run", "--sigs", sigs, "--out", out, "--resume")
+    assert r.returncode != 0 and "cannot resume" in r.stderr
+
+
+def test_checkpoints_are_written_while_measuring(tmp_path):
+    """With a checkpoint every 0 s, the table on disk grows as the loop goes (seen from a slow backend)."""
+    sigs = small_sigs(tmp_path, n_per_kind=1)
+    out = tmp_path / "t.json"
+    code = f"""
+import importlib.util, json, sys, time
+spec = importlib.util.spec_from_file_location("c", {str(SCRIPT)!r}); c = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(c)
+seen = []
+orig = c.DryBackend.time
+def slow(self, prep, w, r, cap):
+    try:
+        seen.append(len(json.load(open({str(out)!r}))["entries"]))
+    except FileNotFoundError:
+        seen.append(-1)
+    return orig(self, prep, 1, 5, cap)
+c.DryBackend.time = slow
+rc = c.main(["--dry-run", "--sigs", {str(sigs)!r}, "--out", {str(out)!r}, "--checkpoint-s", "0"])
+print("SEEN", json.dumps(seen)); sys.exit(rc)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout.split("SEEN", 1)[1])
+    # before each signature is timed, every one timed before it is on disk
+    assert seen[0] == 0 and seen == sorted(seen) and seen[-1] >= len(seen) - 1 > 0
+
+
+def test_failures_are_recorded_and_the_run_goes_on(tmp_path):
+    bad = {"key": "bad-conv", "kind": "conv2d", "attrs": [["group", 1]], "in_shapes": [[1, 3, 8, 8], [4, 5, 3, 3]],
+           "out_shapes": [[1, 4, 6, 6]], "dtype": "f32", "weights": [0, 1], "models": 1, "rank": 0}
+    odd = {"key": "odd-op", "kind": "onnx.TopK", "attrs": [], "in_shapes": [[8]], "out_shapes": [[2], [2]],
+           "dtype": "f32", "weights": [0], "models": 1, "rank": 0}
+    sigs = small_sigs(tmp_path, n_per_kind=1, extra=[bad, odd])
+    out = tmp_path / "t.json"
+    r = run("--dry-run", "--sigs", sigs, "--out", out)
+    t = json.loads(out.read_text())
+    assert "bad-conv" in t["failed"] and "odd-op" in t["unsupported"] and "no kernel for onnx.TopK" in t["unsupported"]["odd-op"]
+    assert t["complete"] and t["counts"]["measured"] == t["counts"]["signatures"] - 2
+    assert r.returncode == 0 and "failed: bad-conv" in r.stdout
+
+
+def test_watchdog_ends_a_hanging_signature_with_the_table_written(tmp_path):
+    sigs = small_sigs(tmp_path, n_per_kind=1)
+    out = tmp_path / "t.json"
+    code = f"""
+import importlib.util, time
+spec = importlib.util.spec_from_file_location("c", {str(SCRIPT)!r}); c = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(c)
+calls = []
+orig = c.DryBackend.time
+def hang(self, prep, w, r, cap):
+    calls.append(1)
+    if len(calls) == 4:
+        time.sleep(60)
+    return orig(self, prep, 1, 5, cap)
+c.DryBackend.time = hang
+c.main(["--dry-run", "--sigs", {str(sigs)!r}, "--out", {str(out)!r}, "--hang-s", "1.5"])
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+    t = json.loads(out.read_text())
+    assert "watchdog" in t["stopped"] and not t["complete"] and len(t["entries"]) >= 2
+    assert any("watchdog" in v for v in t["failed"].values())
+
+
+def test_smoke_prints_a_checked_table(tmp_path):
+    r = run("--dry-run", "--sigs", SIGS, "--out", tmp_path / "s.json", "--smoke", "8", "--check-work", "1e6")
+    assert r.returncode == 0, r.stderr
+    rows = [x for x in r.stdout.splitlines() if " us  IQR " in x]
+    assert len(rows) == 8 and any(x.startswith("conv2d") for x in rows) and any(x.startswith("matmul") for x in rows)
+    assert "check conv2d" in r.stdout
+
+
+def test_short_names():
+    assert cal.short_name("NVIDIA H100 80GB HBM3") == "h100"
+    assert cal.short_name("NVIDIA H200") == "h200"
+    assert cal.short_name("NVIDIA A100-SXM4-40GB") == "a100"
+    assert cal.short_name("Tesla T4") == "t4"
+
+
+def test_the_script_imports_only_what_the_gpu_machine_has():
+    """The standard library and numpy at the top; torch, cupy and cuda-python inside the CUDA backend; never
+    taso_mlir (not installed there)."""
+    tree = ast.parse(SCRIPT.read_text())
+    top, inner = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            (top if node in tree.body else inner).update(n.split(".")[0] for n in names)
+    std = set(sys.stdlib_module_names) | {"__future__"}
+    assert top <= std | {"numpy"}, top - std
+    assert inner <= std | {"numpy", "torch", "cupy", "cuda"}, inner - std
+
+
+def test_the_script_runs_without_the_package(tmp_path):
+    """Run from a copy outside the repository with taso_mlir unimportable: the dry smoke still works."""
+    d = tmp_path / "alone"
+    d.mkdir()
+    shutil.copy(SCRIPT, d / "calibrate.py")
+    shutil.copy(SIGS, d / "signatures.jsonl")
+    (d / "taso_mlir.py").write_text("raise ImportError('taso_mlir must not be imported here')\n")
+    env = dict(os.environ, PYTHONPATH=str(d))
+    r = subprocess.run([sys.executable, str(d / "calibrate.py"), "--dry-run", "--smoke", "3", "--check-work", "1e5",
+                        "--out", str(d / "s.json")], capture_output=True, text=True, env=env, cwd=d, timeout=300)
+    assert r.returncode == 0, r.stderr
+
+
+def _gpu() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _gpu(), reason="no CUDA GPU here (torch with CUDA is needed): the CUDA backend is untested "
+                                       "on this machine; benchmarks/gpu/run_h100.sh runs it on the GPU machine")
+def test_cuda_smoke_on_a_gpu(tmp_path):
+    r = run("--sigs", SIGS, "--out", tmp_path / "s.json", "--smoke", "30", timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    t = json.loads((tmp_path / "s.json").read_text())
+    assert t["method"]["backend"] == "cuda" and all(c["ok"] for c in t["checks"].values())
+
