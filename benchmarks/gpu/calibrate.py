@@ -1306,7 +1306,7 @@ def main(argv=None) -> int:
     for k, v in cal.table["paths"].get("errors", {}).items():
         print(f"calibrate: note: {k} failed: {v}", flush=True)
     cal.write()
-    stats = cal.run(recs, a.budget_s, smoke=bool(a.smoke))
+    cal.run(recs, a.budget_s, smoke=bool(a.smoke))
     backend.close()
     t = cal.table
     print(f"calibrate: {t['counts']['measured']} measured ({t['counts']['views']} views, "

@@ -22,6 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu" / "calibrate.py"
 SIGS = ROOT / "benchmarks" / "gpu" / "signatures.jsonl"
+RUN = ROOT / "benchmarks" / "gpu" / "run_h100.sh"
 
 
 def _load():
@@ -377,3 +378,19 @@ def test_cuda_smoke_on_a_gpu(tmp_path):
     t = json.loads((tmp_path / "s.json").read_text())
     assert t["method"]["backend"] == "cuda" and all(c["ok"] for c in t["checks"].values())
 
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash and timeout")
+def test_prepared_command_rehearses_end_to_end(tmp_path):
+    """benchmarks/gpu/run_h100.sh --dry-run, with small budgets: the environment log, the smoke table and log,
+    the calibration table and log in $OUT, and exit 0 with a table written."""
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHON=sys.executable, OUT=str(out), SMOKE_S="20", BUDGET_S="8",
+               SIGS=str(small_sigs(tmp_path, n_per_kind=2)))
+    r = subprocess.run(["bash", str(RUN), "--dry-run"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["calibrate.log", "dry.json", "env.log", "smoke-dry.json",
+                                                     "smoke.log"]
+    t = json.loads((out / "dry.json").read_text())
+    assert t["name"] == "dry" and t["counts"]["measured"] > 0 and t["elapsed_s"] < 8 + 5
+    assert "smoke exit 0, calibration exit 0" in (out / "calibrate.log").read_text()
+    assert "numpy" in (out / "env.log").read_text()

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The GPU calibration of issue 24, one command from the repository root on the GPU machine (its preinstalled
+# python3 with torch, CuPy and cuda-python; taso_mlir is not installed there and not needed):
+#
+#   bash benchmarks/gpu/run_h100.sh              # on the GPU: ~6 minutes at most, results in $OUT
+#   PYTHON=.venv/bin/python OUT=/tmp/rehearsal bash benchmarks/gpu/run_h100.sh --dry-run   # the rehearsal, CPU
+#
+# Steps: the environment (nvidia-smi, versions) into env.log; a smoke run (about 30 signatures, one or two of
+# each kind, each checked against numpy, printed) within SMOKE_S seconds; then every signature of
+# benchmarks/gpu/signatures.jsonl within BUDGET_S seconds into $OUT/$NAME.json, checkpointed every 5 s, so a
+# time-out still leaves a usable table. Each step runs under `timeout` and the next runs whatever the last gave.
+# Copy $OUT/$NAME.json to passes/cost/tables/$NAME.json to ship it (see docs/benchmarks.md).
+set -u
+DRY=""
+if [ "${1:-}" = "--dry-run" ]; then DRY="--dry-run"; fi
+PY=${PYTHON:-python3}
+OUT=${OUT:-benchmarks/gpu/out}
+if [ -n "$DRY" ]; then NAME=${NAME:-dry}; else NAME=${NAME:-h100}; fi
+SMOKE_S=${SMOKE_S:-45}
+BUDGET_S=${BUDGET_S:-270}
+SIGS=${SIGS:-benchmarks/gpu/signatures.jsonl}
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+
+{
+  echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) GPU calibration '$NAME' ${DRY:-(on the GPU)}: smoke ${SMOKE_S} s, budget ${BUDGET_S} s"
+  echo "== git: $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,power.limit,pstate --format=csv
+  else
+    echo "no nvidia-smi"
+  fi
+  "$PY" - <<'EOF'
+import importlib, platform, sys
+print("python", sys.version.split()[0], platform.platform())
+for m in ("numpy", "torch", "cupy", "cuda.core", "cuda.bindings"):
+    try:
+        mod = importlib.import_module(m)
+        print(m, getattr(mod, "__version__", "?"))
+    except Exception as e:
+        print(m, "unavailable:", type(e).__name__, e)
+try:
+    import torch
+    if torch.cuda.is_available():
+        print("torch cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name(0))
+except Exception as e:
+    print("torch cuda: unavailable:", e)
+EOF
+} 2>&1 | tee "$OUT/env.log"
+
+timeout -k 5 $((SMOKE_S + 30)) "$PY" benchmarks/gpu/calibrate.py $DRY --sigs "$SIGS" --smoke 30 \
+  --budget-s "$SMOKE_S" --out "$OUT/smoke-$NAME.json" 2>&1 | tee "$OUT/smoke.log"
+smoke_rc=${PIPESTATUS[0]}
+
+timeout -k 5 $((BUDGET_S + 40)) "$PY" benchmarks/gpu/calibrate.py $DRY --sigs "$SIGS" --name "$NAME" \
+  --budget-s "$BUDGET_S" --out "$OUT/$NAME.json" 2>&1 | tee "$OUT/calibrate.log"
+rc=${PIPESTATUS[0]}
+
+echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) smoke exit $smoke_rc, calibration exit $rc; the table: $OUT/$NAME.json" \
+  | tee -a "$OUT/calibrate.log"
+# exit 0 where a table was written (complete or not: its header says which); the logs say what failed
+[ -s "$OUT/$NAME.json" ]
