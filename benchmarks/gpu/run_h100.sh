@@ -9,13 +9,21 @@
 # each kind, each checked against numpy, printed) within SMOKE_S seconds; then every signature of
 # benchmarks/gpu/signatures.jsonl within BUDGET_S seconds into $OUT/$NAME.json, checkpointed every 5 s, so a
 # time-out still leaves a usable table. Each step runs under `timeout` and the next runs whatever the last gave.
-# Copy $OUT/$NAME.json to passes/cost/tables/$NAME.json to ship it (see docs/benchmarks.md).
+# $NAME is the GPU's short name (h100, h200; NAME=... to set it). Copy $OUT/$NAME.json to
+# passes/cost/tables/$NAME.json to ship it (see docs/benchmarks.md).
 set -u
 DRY=""
 if [ "${1:-}" = "--dry-run" ]; then DRY="--dry-run"; fi
 PY=${PYTHON:-python3}
 OUT=${OUT:-benchmarks/gpu/out}
-if [ -n "$DRY" ]; then NAME=${NAME:-dry}; else NAME=${NAME:-h100}; fi
+# the table's name: the GPU's (h100, h200, ...: the device tool may hand out an H200 where no H100 is free)
+if [ -n "$DRY" ]; then
+  NAME=${NAME:-dry}
+elif [ -z "${NAME:-}" ]; then
+  NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -o -i -E '[a-z]+[0-9]+' \
+         | grep -i -E '^(h|a|b|l|v|t|gh)[0-9]+$' | head -1 | tr 'A-Z' 'a-z')
+  NAME=${NAME:-gpu}
+fi
 SMOKE_S=${SMOKE_S:-45}
 BUDGET_S=${BUDGET_S:-270}
 SIGS=${SIGS:-benchmarks/gpu/signatures.jsonl}
