@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from taso_mlir.dialect.errors import TasoError, one_line
-from taso_mlir.passes.cost.oracle import PROFILES, Analytic, CostModel, OpSig
+from taso_mlir.passes.cost.roofline import PROFILES, Analytic, CostModel, OpSig
 
 FORMAT = "taso-mlir cuda table 1"
 #: a folder of ``<gpu>.json`` tables read instead of the shipped ones (tests, a table just measured)
