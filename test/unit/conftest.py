@@ -26,6 +26,19 @@ def taso_summary(request):
     return add
 
 
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray runtime of 2 CPUs for one test module (the distributed generation and verification
+    tests, which skip without Ray)."""
+    import logging
+
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'taso-mlir[distributed]')")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     lines = config.stash.get(_SUMMARY, [])
     if lines:

@@ -28,15 +28,6 @@ QUIET = dict(progress=False, log=lambda m: None)
 SMALL = Config(max_ops=3, ops=("matmul", "ewadd", "relu", "transpose"), id_prefix="T")
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import logging
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def _text(tmp_path, name, header, records) -> bytes:
     p = tmp_path / name
     library.write(p, header, records)

@@ -7,7 +7,6 @@ error; so are a bad or unreachable --cluster and a missing Ray."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -25,15 +24,6 @@ from taso_mlir.verifier.prove import prove_many  # noqa: E402
 #: 40 rules of the shipped library that prove in well under a second each (matmuls, convolutions, pools:
 #: some are tried with a symbolic stride), so no proof is near its timeout
 SLICE = slice(120, 160)
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    import logging
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
-    yield ray
-    ray.shutdown()
 
 
 def _slice(tmp_path):
