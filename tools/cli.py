@@ -109,8 +109,11 @@ def in_child(work: Callable[[], int]) -> ChildExit:
 
     sys.stdout.flush()
     sys.stderr.flush()
-    # (handlers can only be set from the main thread: called from another, signals are not passed on)
+    # (handlers can only be set from the main thread: called from another, signals are not passed on; a
+    # signal this process was started with ignored, as a shell starts a background job's SIGINT, stays
+    # ignored, in the child too)
     sigs = [getattr(signal, n) for n in _PASSED_ON] if threading.current_thread() is threading.main_thread() else []
+    sigs = [s for s in sigs if signal.getsignal(s) is not signal.SIG_IGN]
     received: list = []
     pid = 0
 
@@ -189,8 +192,9 @@ def run_contained(prog: str, body: Callable[[list[str]], int], argv: list[str], 
     (status 1) for a child killed from outside. ``cleanup(child pid)`` removes what the child left
     half-written and says whether its output had been written all the same. A signal that stops the
     tool (Ctrl-C, SIGTERM) is passed on to the child; where the child dies of it, the tool dies of it
-    too (Ctrl-C: "interrupted", status 130, as in ``run``). The exit status of a child that exits is
-    the tool's."""
+    too (Ctrl-C: "interrupted", status 130, as in ``run``, whatever signal the interrupted child died
+    of). A signal the tool was started with ignored stays ignored. The exit status of a child that
+    exits is the tool's."""
     if not hasattr(os, "fork"):
         return run(prog, body, argv)
     try:
@@ -206,9 +210,11 @@ def run_contained(prog: str, body: Callable[[list[str]], int], argv: list[str], 
             written = cleanup(child.pid)
         except Exception:
             pass
+    if signal.SIGINT in child.received:
+        # interrupted, whatever the child died of: a Ctrl-C that lands while the child is still loading
+        # its native libraries can leave it to die of SIGSEGV instead (seen once in 40 under load)
+        return die(prog, "interrupted", 130)
     if signum in child.received:
-        if signum == signal.SIGINT:
-            return die(prog, "interrupted", 130)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return 128 + signum

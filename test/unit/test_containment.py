@@ -93,13 +93,14 @@ def _children(pid: int) -> list:
         return []
 
 
-def _started(stdin_text: str = ""):
+def _started(stdin_text: str = "", sigint=signal.SIG_DFL):
     """taso-opt reading MLIR from a stdin that stays open (so it waits), in its own process group, once
-    its child runs."""
+    its child runs; started with SIGINT at ``sigint`` (by default its default, as at a terminal, however
+    this test was started: a shell starts a background job with SIGINT ignored)."""
     env = {k: v for k, v in os.environ.items() if k != "TASO_OPT_TEST_CRASH"}
     p = subprocess.Popen([sys.executable, "-m", "taso_mlir.tools.taso_opt", "-", "-o", os.devnull],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
     for _ in range(600):
         kids = _children(p.pid)
         if kids:
@@ -162,6 +163,20 @@ def test_ctrl_c_and_sigterm_still_stop_it():
     p.kill()
     _finish(p)
     assert _gone(child)
+
+
+def test_a_sigint_ignored_at_the_start_stays_ignored():
+    """Started with SIGINT ignored (a background job of a script, nohup), taso-opt and its child keep
+    ignoring it, as a program started so should; SIGTERM still stops them."""
+    p, child = _started(sigint=signal.SIG_IGN)
+    os.killpg(p.pid, signal.SIGINT)
+    time.sleep(1.0)
+    with open(f"/proc/{child}/stat") as f:
+        assert f.read().split(") ")[-1].split()[0] not in ("Z", "X")  # (the child works on)
+    assert p.poll() is None
+    p.terminate()
+    err = _finish(p)
+    assert p.returncode == -signal.SIGTERM and err == b"" and _gone(child)
 
 
 def test_the_paths_the_parent_reads_from_the_command_line():

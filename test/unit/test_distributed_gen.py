@@ -112,8 +112,11 @@ def test_a_checkpoint_of_other_settings_is_refused(local_ray, tmp_path):
 
 
 def _taso_gen(*args, **kw):
+    """taso-gen with SIGINT at its default, as at a terminal, however this test was started (a shell starts
+    a background job with SIGINT ignored, and a program started so keeps ignoring it)."""
     return subprocess.Popen([sys.executable, "-m", "taso_mlir.tools.taso_gen", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)
 
 
 def test_resume_after_an_interrupt_gives_the_same_file(tmp_path):
