@@ -115,8 +115,19 @@ def _taso_gen(*args, **kw):
     """taso-gen with SIGINT at its default, as at a terminal, however this test was started (a shell starts
     a background job with SIGINT ignored, and a program started so keeps ignoring it)."""
     return subprocess.Popen([sys.executable, "-m", "taso_mlir.tools.taso_gen", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)
+
+
+def _stop(p):
+    """Where a test ended with taso-gen still running (a failure), kill it and its local Ray runtime (its
+    process group), so the tests after it do not share the machine with them."""
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=30)
 
 
 def test_resume_after_an_interrupt_gives_the_same_file(tmp_path):
@@ -126,16 +137,22 @@ def test_resume_after_an_interrupt_gives_the_same_file(tmp_path):
     args = ["--max-ops", "2", "--jobs", "2", "--cluster", "ray", "--shards", "6", "--buckets", "3",
             "--checkpoint", str(ck), "--no-progress", "-o", str(out)]
     p = _taso_gen(*args, env={**os.environ, "TASO_GEN_TEST_SLEEP": "enumerate-4"})
-    deadline = time.monotonic() + 120
-    while len(list((ck / "enumerate").glob("*.done")) if (ck / "enumerate").exists() else []) < 5:
-        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
-        time.sleep(0.2)
-    p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list((ck / "enumerate").glob("*.done")) if (ck / "enumerate").exists() else []) < 5:
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        _stop(p)
     assert p.returncode == 130 and err.strip().endswith("taso-gen: error: interrupted"), err
     assert not out.exists()
     p = _taso_gen(*args)
-    stdout, err = p.communicate(timeout=120)
+    try:
+        stdout, err = p.communicate(timeout=120)
+    finally:
+        _stop(p)
     assert p.returncode == 0, err
     assert "5 tasks resumed from the checkpoint" in stdout
     assert json.loads((ck / "report.json").read_text())["tasks_resumed"] == 5
