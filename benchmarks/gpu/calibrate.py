@@ -9,7 +9,7 @@ whose records carry their table keys.
 
     python3 benchmarks/gpu/calibrate.py --smoke 12 --out smoke.json           # seconds: ~12 ops, checked, a table
     python3 benchmarks/gpu/calibrate.py --out h100.json --budget-s 300        # everything, within 5 minutes
-    python3 benchmarks/gpu/calibrate.py --dry-run --out /tmp/dry.json         # the same loop, numpy on the CPU
+    python3 benchmarks/gpu/calibrate.py --dry-run --out dry.json              # the same loop, numpy on the CPU
 
 Method (TASO's): per signature, inputs drawn uniformly from [0.5, 1.5) (never zeros), 8 warm-up runs, then 32
 timed runs, each between two device events, behind a spin kernel that keeps the GPU busy while the host

@@ -3,7 +3,7 @@
 # python3 with torch, CuPy and cuda-python; taso_mlir is not installed there and not needed):
 #
 #   bash benchmarks/gpu/run_h100.sh              # on the GPU: ~6 minutes at most, results in $OUT
-#   PYTHON=.venv/bin/python OUT=/tmp/rehearsal bash benchmarks/gpu/run_h100.sh --dry-run   # the rehearsal, CPU
+#   PYTHON=.venv/bin/python OUT=rehearsal bash benchmarks/gpu/run_h100.sh --dry-run   # the rehearsal, CPU
 #
 # Steps: the environment (nvidia-smi, versions) into env.log; a smoke run (about 30 signatures, one or two of
 # each kind, each checked against numpy, printed) within SMOKE_S seconds; then every signature of

@@ -20,7 +20,7 @@ a search priced it, over all runs: a model's own ops come first, its rewrites' v
 calibration measures in that order, so that a cut-short run has the ops that matter most).
 
     python -m taso_mlir.passes.cost.calibration dump -o benchmarks/gpu/signatures.jsonl
-    python -m taso_mlir.passes.cost.calibration dump --quick --models nasrnn -o /tmp/sigs.jsonl
+    python -m taso_mlir.passes.cost.calibration dump --quick --models nasrnn -o sigs.jsonl
     python -m taso_mlir.passes.cost.calibration report passes/cost/tables/h100.json
 """
 
