@@ -192,7 +192,7 @@ def _verify(args) -> int:
     argv = [args.output, "--in-place", "--jobs", str(args.jobs), "--timeout", str(args.timeout or 2.0)]
     argv += ["--cluster", args.cluster] if args.cluster is not None else []
     argv += ["--no-progress"] if args.no_progress else []
-    return taso_verify._main(argv)
+    return taso_verify.main(argv)
 
 
 def _run_ray(args, cfg, derive_from) -> int:

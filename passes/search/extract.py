@@ -384,18 +384,17 @@ def extract(eg: EGraph, costs: Costs, roots: list, input_choice: dict, time_limi
     inp, inp_order = walk(eg, roots, lambda c: input_choice.get(eg.find(c), []))
     inp_cost = total(costs, inp, inp_order, roots) if inp is not None else math.inf
     g = greedy(eg, costs, roots)
-    start, start_cost = None, math.inf
+    start, start_order, start_cost = None, None, math.inf
     if g is not None:
         choice, order = walk(eg, roots, lambda c: [g[eg.find(c)]] if eg.find(c) in g else [])
         if choice is not None:
-            start, start_cost = choice, total(costs, choice, order, roots)
+            start, start_order, start_cost = choice, order, total(costs, choice, order, roots)
     if inp is not None and inp_cost <= start_cost:  # (the input is the better start)
-        start, start_cost = inp, inp_cost
+        start, start_order, start_cost = inp, inp_order, inp_cost
     res = ilp(eg, costs, roots, time_limit)
     if start is not None and (res is None or res.cost > start_cost + 1e-12):
         why = "ilp found no solution in time" if res is None else f"ilp's best in time ({res.status}) costs more"
-        choice, order = walk(eg, roots, lambda c: [start[eg.find(c)]])
-        res = Extraction(choice, order, start_cost, "greedy" if start is not inp else "input",
+        res = Extraction(start, start_order, start_cost, "greedy" if start is not inp else "input",
                          None if res is None else res.bound, why, time.monotonic() - t0)
     if res is None:
         res = Extraction(inp, inp_order, inp_cost, "input", None, "no acyclic extraction found", time.monotonic() - t0)

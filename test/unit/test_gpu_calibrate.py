@@ -255,27 +255,39 @@ def test_resume_refuses_another_device(tmp_path):
     assert r.returncode != 0 and "cannot resume" in r.stderr
 
 
-def test_checkpoints_are_written_while_measuring(tmp_path):
-    """With a checkpoint every 0 s, the table on disk grows as the loop goes (seen from a slow backend)."""
-    sigs = small_sigs(tmp_path, n_per_kind=1)
-    out = tmp_path / "t.json"
+def _run_with_timing(define: str, after: str, args: list, timeout: float):
+    """calibrate.py's dry run in a new process, its ``DryBackend.time`` replaced by the function
+    ``timing`` that ``define`` defines (``orig``: the original); ``after`` runs once ``main`` has
+    returned ``rc``."""
+    argv = ["--dry-run"] + [str(a) for a in args]
     code = f"""
 import importlib.util, json, sys, time
 spec = importlib.util.spec_from_file_location("c", {str(SCRIPT)!r}); c = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(c)
-seen = []
 orig = c.DryBackend.time
-def slow(self, prep, w, r, cap):
+{define}
+c.DryBackend.time = timing
+rc = c.main({argv!r})
+{after}
+"""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+
+
+def test_checkpoints_are_written_while_measuring(tmp_path):
+    """With a checkpoint every 0 s, the table on disk grows as the loop goes (seen from a slow backend)."""
+    sigs = small_sigs(tmp_path, n_per_kind=1)
+    out = tmp_path / "t.json"
+    r = _run_with_timing(f"""
+seen = []
+def timing(self, prep, w, r, cap):
     try:
         seen.append(len(json.load(open({str(out)!r}))["entries"]))
     except FileNotFoundError:
         seen.append(-1)
     return orig(self, prep, 1, 5, cap)
-c.DryBackend.time = slow
-rc = c.main(["--dry-run", "--sigs", {str(sigs)!r}, "--out", {str(out)!r}, "--checkpoint-s", "0"])
+""", """
 print("SEEN", json.dumps(seen)); sys.exit(rc)
-"""
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+""", ["--sigs", sigs, "--out", out, "--checkpoint-s", "0"], timeout=300)
     assert r.returncode == 0, r.stderr
     seen = json.loads(r.stdout.split("SEEN", 1)[1])
     # before each signature is timed, every one timed before it is on disk
@@ -299,21 +311,14 @@ def test_failures_are_recorded_and_the_run_goes_on(tmp_path):
 def test_watchdog_ends_a_hanging_signature_with_the_table_written(tmp_path):
     sigs = small_sigs(tmp_path, n_per_kind=1)
     out = tmp_path / "t.json"
-    code = f"""
-import importlib.util, time
-spec = importlib.util.spec_from_file_location("c", {str(SCRIPT)!r}); c = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(c)
+    r = _run_with_timing("""
 calls = []
-orig = c.DryBackend.time
-def hang(self, prep, w, r, cap):
+def timing(self, prep, w, r, cap):
     calls.append(1)
     if len(calls) == 4:
         time.sleep(60)
     return orig(self, prep, 1, 5, cap)
-c.DryBackend.time = hang
-c.main(["--dry-run", "--sigs", {str(sigs)!r}, "--out", {str(out)!r}, "--hang-s", "1.5"])
-"""
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+""", "", ["--sigs", sigs, "--out", out, "--hang-s", "1.5"], timeout=120)
     assert r.returncode == 3, r.stderr
     t = json.loads(out.read_text())
     assert "watchdog" in t["stopped"] and not t["complete"] and len(t["entries"]) >= 2
