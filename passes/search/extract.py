@@ -52,8 +52,10 @@ class Extraction:
 
     @property
     def gap(self) -> Optional[float]:
-        if self.bound is None or self.cost <= 0:
+        if self.bound is None:
             return None
+        if self.cost <= 0:  # (a graph of no ops, such as an identity: nothing is cheaper)
+            return 0.0 if self.bound >= self.cost - 1e-12 else None
         return max(0.0, (self.cost - self.bound) / self.cost)
 
 

@@ -358,7 +358,8 @@ def format_report(rep: dict) -> str:
                 L.append(f"    {arg}: " + ", ".join(done))
         q = fr.get("eqsat")
         if q:
-            bound = "no bound" if q.get("bound_ms") is None else f"bound {q['bound_ms']:.4g} ms, gap {100 * q['gap']:.1f}%"
+            bound = "no bound" if q.get("bound_ms") is None else f"bound {q['bound_ms']:.4g} ms" + (
+                "" if q.get("gap") is None else f", gap {100 * q['gap']:.1f}%")
             L.append(f"    eqsat: {q['enodes']} e-nodes in {q['eclasses']} e-classes after {q['iterations']} rounds (stopped: "
                      f"{q['stop']}), {q['blocked']} e-nodes blocked on cycles; extraction {q['extraction']} "
                      f"({q['status']}): {q['cost_ms']:.4g} ms, {bound}")
