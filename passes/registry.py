@@ -150,6 +150,10 @@ def search_options() -> tuple:
             (lambda v: v in ("backtracking", "eqsat", "best"), "backtracking, eqsat or best")),
         PassOption("eqsat-iterations", int, 4, "eqsat: saturation rounds at most",
             (lambda v: 1 <= v <= 100, "between 1 and 100")),
+        PassOption("eqsat-step", int, 2, "eqsat: saturation rounds of each restart's e-graph while the cost drops; "
+            "a restart that finds nothing cheaper is saturated again to eqsat-iterations before the search stops "
+            "(eqsat-iterations or more: every e-graph to eqsat-iterations)",
+            (lambda v: 1 <= v <= 100, "between 1 and 100")),
         PassOption("eqsat-nodes", int, 20000, "eqsat: e-nodes at most (saturation stops there)",
             (lambda v: v >= 10, "at least 10")),
         PassOption("eqsat-time", float, 60.0, "eqsat: seconds for saturation and restarts (an extraction "

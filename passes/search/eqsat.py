@@ -675,6 +675,20 @@ def _near(eg: EGraph, dirty: set, depth: int) -> dict:
     return near
 
 
+_PLANS: dict = {}  # id(rewrite) -> (the rewrite, its target's ops and outputs with their refs parsed)
+
+
+def _plan(rw: RB.Rewrite) -> tuple:
+    """The target's ops as (kind, [(ref, parsed ref)]) and the outputs as (source result, target ref,
+    parsed target ref): what ``_apply`` reads per match, parsed once a process."""
+    hit = _PLANS.get(id(rw))
+    if hit is None or hit[0] is not rw:
+        ops = [(dop.name, [(ref, G.parse_ref(ref)) for ref in dop.operands]) for dop in rw.dst.ops]
+        outs = [(G.parse_ref(rs), rd, G.parse_ref(rd)) for rs, rd in zip(rw.src.outputs, rw.dst.outputs)]
+        hit = _PLANS[id(rw)] = (rw, (ops, outs))
+    return hit[1]
+
+
 def _apply(eg: EGraph, view: EView, rw: RB.Rewrite, ops: list, b: dict, st: Stats,
            made_ops: Optional[list] = None) -> bool:
     sigs = eg.sigs
@@ -698,20 +712,16 @@ def _apply(eg: EGraph, view: EView, rw: RB.Rewrite, ops: list, b: dict, st: Stat
         st.rejected[why.split(":")[0][:60]] += 1
         return False
     dtype = eg.dtype[eg.find(next(iter(b.values())))] if b else eg.dtype[eg.result_class(ops[0], 0)]
+    dst_ops, outs_plan = _plan(rw)
     made: list = []
-    for (attrs, outs), dop in zip(dst, rw.dst.ops):
-        kids = []
-        for ref in dop.operands:
-            pr = G.parse_ref(ref)
-            kids.append(b[ref] if pr is None else made[pr[0]][pr[1]])
-        made.append(eg.add_op(dop.name, attrs, tuple(kids), outs, dtype))
+    for (attrs, outs), (name, refs) in zip(dst, dst_ops):
+        kids = tuple(b[ref] if pr is None else made[pr[0]][pr[1]] for ref, pr in refs)
+        made.append(eg.add_op(name, attrs, kids, outs, dtype))
         if made_ops is not None:
-            made_ops.append((dop.name, attrs, tuple(kids)))
+            made_ops.append((name, attrs, kids))
     changed = False
-    for rs, rd in zip(rw.src.outputs, rw.dst.outputs):
-        k, j = G.parse_ref(rs)
+    for (k, j), rd, pd in outs_plan:
         a = eg.result_class(ops[k], j)
-        pd = G.parse_ref(rd)
         d = b[rd] if pd is None else made[pd[0]][pd[1]]
         if a is not None and eg.union(a, d):
             changed = True

@@ -132,22 +132,31 @@ def write(f: ir.Operation, eg: E.EGraph, ex: X.Extraction, g0: T.TGraph, mops: l
 
 def _round(rep: dict) -> dict:
     return {k: rep[k] for k in ("input_cost_ms", "cost_ms", "enodes", "saturation_s", "solve_s", "status", "cycle_cuts",
-                                "blocked", "matches", "applied", "lifted", "stop", "written")}
+                                "blocked", "matches", "applied", "lifted", "stop", "written", "depth")}
 
 
 def _run(st: FuncState) -> None:
     lim = limits_of(st.opts)
     restarts = int(st.opts.get("eqsat-restarts", 8))
+    step = min(lim.iterations, int(st.opts.get("eqsat-step", 2)))
     t0 = time.monotonic()
-    rep = search(st.f, st, lim)
+    rep = search(st.f, st, dataclasses.replace(lim, iterations=step))
+    rep["depth"] = step
     rounds = [_round(rep)]
     matches = rep["matches"]
     for _ in range(restarts):
-        if not rep["written"] or matches >= lim.matches or time.monotonic() - t0 > lim.time_s:
+        if matches >= lim.matches or time.monotonic() - t0 > lim.time_s:
+            break
+        if rep["written"]:
+            depth = step
+        elif rep["depth"] < lim.iterations:
+            depth = lim.iterations  # a shallow round found nothing: look deeper from the same graph
+        else:
             break
         left = max(0.1, lim.time_s - (time.monotonic() - t0))
-        rep = search(st.f, st, dataclasses.replace(lim, time_s=left, matches=lim.matches - matches),
+        rep = search(st.f, st, dataclasses.replace(lim, iterations=depth, time_s=left, matches=lim.matches - matches),
                      min(float(st.opts.get("eqsat-ilp-time", 30.0)), max(0.5, left)), bar=rep["cost_ms"])
+        rep["depth"] = depth
         rounds.append(_round(rep))
         matches += rep["matches"]
     rep["round_costs"] = rounds

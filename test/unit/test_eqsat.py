@@ -5,6 +5,7 @@ optimum on an e-graph whose optimum is known, acyclic results, determinism, and 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -151,6 +152,78 @@ def test_limits_are_honoured(tmp_path):
     assert r["eqsat"]["stop"] == "matches" and len(r["eqsat"]["round_costs"]) == 1
     assert r["eqsat"]["round_costs"][0]["cost_ms"] == full["eqsat"]["round_costs"][0]["cost_ms"]
     _same_numbers(tmp_path, r["src"], r["out"])
+
+
+def _scripted_run(monkeypatch, written: list, opts: dict) -> list:
+    """``eqsat_search._run`` with its searches scripted: the n-th writes a cheaper graph where
+    ``written[n]``; returns the depth (saturation rounds) each search was given."""
+    from taso_mlir.passes.pipeline import FuncState
+    from taso_mlir.passes.search import eqsat_search as ES
+
+    depths: list = []
+
+    def search(f, st, lim=None, ilp_time=None, bar=math.inf):
+        depths.append(lim.iterations)
+        w = written[len(depths) - 1]
+        cost = 10.0 - len(depths) if w else 10.0 - len([x for x in written[:len(depths)] if x])
+        return {"input_cost_ms": cost + (1 if w else 0), "cost_ms": cost, "enodes": 5, "eclasses": 3,
+                "saturation_s": 0.0, "solve_s": 0.0, "status": "Optimal", "cycle_cuts": 0, "blocked": 0,
+                "matches": 1, "applied": 1, "lifted": 0, "stop": "iterations", "written": w, "new_ops": 0,
+                "iterations": lim.iterations, "rejected": {}, "time_s": 0.0}
+
+    monkeypatch.setattr(ES, "search", search)
+    st = FuncState(f=None, opts=opts)
+    ES._run(st)
+    assert [r["depth"] for r in st.extra["eqsat"]["round_costs"]] == depths
+    return depths
+
+
+def test_restarts_saturate_shallow_while_the_cost_drops_then_once_deep(monkeypatch):
+    """Each restart's e-graph is saturated eqsat-step rounds while the extracted graph gets cheaper; a
+    shallow one that finds nothing is saturated again to eqsat-iterations from the same graph, and the
+    search stops only when that deep one finds nothing either."""
+    T, F = True, False
+    opts = {"eqsat-iterations": 4, "eqsat-step": 2}
+    assert _scripted_run(monkeypatch, [T, T, F, F], opts) == [2, 2, 2, 4]
+    assert _scripted_run(monkeypatch, [T, F, T, T, F, F], opts) == [2, 2, 4, 2, 2, 4]
+    assert _scripted_run(monkeypatch, [F, F], opts) == [2, 4]
+    # eqsat-step at eqsat-iterations or above: every e-graph to eqsat-iterations, no second look
+    assert _scripted_run(monkeypatch, [T, F], {"eqsat-iterations": 4, "eqsat-step": 4}) == [4, 4]
+    assert _scripted_run(monkeypatch, [F], {"eqsat-iterations": 3, "eqsat-step": 8}) == [3]
+    # eqsat-restarts bounds the searches after the first, the deep ones included
+    assert _scripted_run(monkeypatch, [T] * 10, opts | {"eqsat-restarts": 3}) == [2, 2, 2, 2]
+    assert _scripted_run(monkeypatch, [F, F], opts | {"eqsat-restarts": 0}) == [2]
+
+
+def test_the_restart_schedule_end_to_end(tmp_path):
+    """On @fire_merge with eqsat-step=1: one-round e-graphs while the cost drops, then one of
+    eqsat-iterations that finds nothing cheaper; every round's result is its successor's input and
+    the cost never rises; the result is the one of eqsat-step=eqsat-iterations (one depth)."""
+    r = _search(tmp_path, "fire_merge", "strategy=eqsat eqsat-step=1 eqsat-iterations=3")
+    rounds = r["eqsat"]["round_costs"]
+    assert [x["depth"] for x in rounds[-2:]] == [1, 3] and not rounds[-1]["written"] and not rounds[-2]["written"]
+    assert all(x["depth"] == 1 and x["written"] for x in rounds[:-2]) and len(rounds) >= 3
+    assert all(x["cost_ms"] <= x["input_cost_ms"] for x in rounds)
+    deep = _search(tmp_path, "fire_merge", "strategy=eqsat eqsat-step=3 eqsat-iterations=3")
+    assert {x["depth"] for x in deep["eqsat"]["round_costs"]} == {3}
+    assert r["cost_after_ms"] == pytest.approx(deep["cost_after_ms"], rel=1e-9)
+    _same_numbers(tmp_path, r["src"], r["out"])
+
+
+def test_a_graph_extracted_to_no_ops_reports_a_zero_gap(tmp_path):
+    """@double_transpose becomes its argument: the extracted graph costs 0, the bound is 0, and the
+    text report says gap 0 (it failed formatting a gap of None)."""
+    src = tmp_path / "dt.mlir"
+    src.write_text(_chunk("double_transpose"))
+    rep = tmp_path / "dt.txt"
+    _opt(src, tmp_path / "dt.onnx", f"--pass-pipeline=builtin.module(taso-search{{target=analytic:t4 "
+         f"strategy=eqsat report={rep}}})")
+    text = rep.read_text()
+    assert "extraction ilp (Optimal): 0 ms, bound 0 ms, gap 0.0%" in text, text
+    ex = X.Extraction(choice={}, order=[], cost=0.0, method="ilp", bound=0.0)
+    assert ex.gap == 0.0
+    assert X.Extraction(choice={}, order=[], cost=2.0, method="ilp", bound=1.0).gap == pytest.approx(0.5)
+    assert X.Extraction(choice={}, order=[], cost=2.0, method="greedy").gap is None
 
 
 @pytest.mark.parametrize("name", ["fire_merge", "merge_four_matmuls", "qkv_3d", "merge_biased_linears",
