@@ -175,15 +175,35 @@ def _windows(x, kernel, strides, pads, dilations, value):
 
 _NP_UNARY = {"relu": lambda v: np.maximum(v, 0), "sigmoid": lambda v: 1 / (1 + np.exp(-v)), "tanh": np.tanh,
              "sqrt": np.sqrt, "exp": np.exp, "neg": np.negative,
-             "erf": lambda v: np.vectorize(math.erf, otypes=[np.float64])(v)}
+             "erf": lambda v: _erf(v)}
 _NP_BINARY = {"add": np.add, "mul": np.multiply, "sub": np.subtract, "div": np.divide}
 
 
+def _erf(v):
+    """erf elementwise, in v's precision: math.erf for small arrays, else Abramowitz and Stegun's 7.1.26
+    (absolute error under 1.5e-7, below float32's resolution of erf's values)."""
+    v = np.asarray(v)
+    if v.size <= 4096:
+        return np.vectorize(math.erf, otypes=[np.float64])(v).astype(np.result_type(v, np.float32))
+    a = np.abs(v)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    y = 1.0 - t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))) \
+        * np.exp(-a * a)
+    return np.sign(v) * y
+
+
 def reference(pl: Plan, xs: list, out_shapes: list) -> list:
-    """The plan's results computed by numpy in float64 (float32 for speed in the dry run's big ops)."""
+    """The plan's results computed by numpy, in the inputs' precision (float64 for the checks, float32 in
+    the dry runs)."""
     p = pl.p
     if pl.op == "view":
         return [xs[0].reshape(out_shapes[0])]
+    if pl.op == "select":
+        return [np.take(xs[0], p["index"], axis=p["axis"])]
+    if pl.op == "cast":
+        return [xs[0].astype(np.dtype(p["to"]))]
+    if pl.op == "gather":
+        return [np.take(xs[0], xs[1].astype(np.int64), axis=p["axis"])]
     if pl.op == "conv2d":
         x, w = xs[0], xs[1]
         g = p["group"]
@@ -218,6 +238,19 @@ def reference(pl: Plan, xs: list, out_shapes: list) -> list:
         return [np.ascontiguousarray(t) for t in np.split(xs[0], np.cumsum(p["sizes"])[:-1], axis=p["axis"])]
     if pl.op == "pool":
         x = xs[0]
+        if p.get("ceil"):  # ceil mode: the last windows may run past the (padded) input, counting nothing there
+            if p["mode"] == "avg" and p["count_include_pad"]:
+                raise Unsupported("average pooling in ceil mode counting the padding")
+            oh, ow = out_shapes[0][2:]
+            (kh, kw), (sh, sw), pads = p["kernel"], p["strides"], p["pads"]
+            extra_h = max(0, (oh - 1) * sh + kh - (x.shape[2] + pads[0] + pads[2]))
+            extra_w = max(0, (ow - 1) * sw + kw - (x.shape[3] + pads[1] + pads[3]))
+            if extra_h or extra_w:
+                fill = -np.inf if p["mode"] == "max" else np.nan
+                x = np.pad(x, ((0, 0), (0, 0), (0, extra_h), (0, extra_w)), constant_values=fill)
+                if p["mode"] == "avg":
+                    w = _windows(x, p["kernel"], p["strides"], pads, (1, 1), np.nan)
+                    return [np.nanmean(w, axis=(4, 5)).astype(x.dtype)]
         if p["mode"] == "max":
             return [_windows(x, p["kernel"], p["strides"], p["pads"], (1, 1), -np.inf).max(axis=(4, 5))]
         s = _windows(x, p["kernel"], p["strides"], p["pads"], (1, 1), 0).sum(axis=(4, 5))
@@ -230,11 +263,13 @@ def reference(pl: Plan, xs: list, out_shapes: list) -> list:
         (_, _, oh, ow), t, l = out_shapes[0], p["top"], p["left"]
         return [np.pad(x, ((0, 0), (0, 0), (t, oh - x.shape[2] - t), (l, ow - x.shape[3] - l)))]
     if pl.op == "softmax":
-        e = np.exp(xs[0] - xs[0].max(axis=-1, keepdims=True))
-        return [e / e.sum(axis=-1, keepdims=True)]
+        ax = p.get("axis", -1)
+        e = np.exp(xs[0] - xs[0].max(axis=ax, keepdims=True))
+        return [e / e.sum(axis=ax, keepdims=True)]
     if pl.op == "layernorm":
         x = xs[0]
-        y = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, keepdims=True) + p["eps"])
+        axes = tuple(range(p.get("axis", -1) % x.ndim, x.ndim))
+        y = (x - x.mean(axis=axes, keepdims=True)) / np.sqrt(x.var(axis=axes, keepdims=True) + p["eps"])
         if p["affine"]:
             y = y * xs[1]
         if p["bias"]:
@@ -514,9 +549,11 @@ def _p(t) -> np.uint64:
     return np.uint64(t.data_ptr())
 
 
-class CudaBackend:
-    """Kernels on the GPU: cuDNN and cuBLAS through torch, NVRTC kernels through cuda.core (else CuPy, else
-    torch's own), device events through cuda.core (else torch), all on one stream that cuda.core creates."""
+class CudaDevice:
+    """The GPU as both runners use it: cuDNN and cuBLAS through torch, NVRTC kernels through cuda.core (else
+    CuPy, else torch's own), device events through cuda.core (else torch), all on one stream that cuda.core
+    creates (shared with torch). ``build_kernel`` is the kernel layer: a ``Plan`` over a list of tensors.
+    ``args``: ``tf32``, ``nvrtc`` and ``events`` as calibrate.py's options."""
 
     name = "cuda"
 
@@ -584,7 +621,6 @@ class CudaBackend:
                                                "torch's own kernels (NVRTC unavailable)")
         self.cycles_per_ms = self._calibrate_spin()
         self.rng = np.random.default_rng(0)
-        self._pool = []  # timing events, reused
 
     # -- setup
 
@@ -680,227 +716,238 @@ class CudaBackend:
     def paths(self) -> dict:
         return dict(self._paths, errors=self.errors)
 
-    # -- ops
+    # -- the kernel layer
 
-    def prepare(self, rec: dict, pl: Plan) -> Prepared:
-        torch = self.torch
-        dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[rec["dtype"]]
-        xs_np = _inputs(rec, self.rng)
-        if pl.op == "view":
-            return Prepared(lambda: None, lambda: [xs_np[0].reshape(rec["out_shapes"][0])], "view (no kernel)", xs_np)
-        with torch.cuda.stream(self.stream):
-            xs = [torch.from_numpy(x).to(self.dev, dt) for x in xs_np]
-            ys = [torch.empty(tuple(s), dtype=dt, device=self.dev) for s in rec["out_shapes"]]
-        self.stream.synchronize()
-        last = _Last()
-        with torch.cuda.stream(self.stream):  # (its index tensors are copied on the stream the kernels run on)
-            run, backend, got = self._op(pl, xs, ys, dt == torch.float32, last)
-        torch.cuda.synchronize()
-
-        def stream_run():
-            with torch.cuda.stream(self.stream):
-                run()
-
-        def outputs():
-            self.stream.synchronize()
-            return [o.float().cpu().numpy() for o in (got() if got is not None else ys)]
-        stream_run()  # a trial run: what cannot run fails here
-        self.stream.synchronize()
-        shapes = [tuple(o.shape) for o in (got() if got is not None else ys)]
-        if shapes != [tuple(s) for s in rec["out_shapes"]]:
-            raise ValueError(f"{backend} gives shapes {shapes}, the signature says {rec['out_shapes']}")
-        return Prepared(stream_run, outputs, backend, xs_np, release=lambda: (xs.clear(), ys.clear()))
-
-    def _op(self, pl: Plan, xs, ys, f32: bool, last: "_Last"):
-        """(run, what runs, outputs or None where they are ``ys``) of a plan. Kernels that return their result
-        (rather than write into ``ys``) keep it in ``last``: the allocation is the caching allocator's, free."""
+    def build_kernel(self, pl: Plan, S: list, ins: list, outs: list, fixed=(), f32: bool = True):
+        """The kernels of a plan over the slot list ``S``: ``(run, what runs, in_place)``. ``run()`` reads the
+        tensors ``S[i]`` (``i`` in ``ins``) when it is called, and either writes its results into the tensors
+        ``S[o]`` (``o`` in ``outs``, allocated by the caller with the result shapes: ``in_place``) or sets
+        ``S[o]`` to the tensors a library call returned (the caching allocator's memory, the same blocks run
+        after run; a CUDA graph's own pool when captured). ``fixed``: the slots whose tensors are never
+        replaced, so that a kernel may keep their device addresses (one-launch concat's pointer table).
+        Call it, and the first ``run()``, on the stream the runs go to."""
         torch = self.torch
         F = torch.nn.functional
-        p, y = pl.p, ys[0]
+        p = pl.p
         nv = self.nv if f32 else None
-        kept = lambda: [last.v]  # noqa: E731
+        i0, o0 = ins[0] if ins else None, outs[0]
+        y = S[o0]
+        yshape = tuple(y.shape)
+
+        def put(r):
+            S[o0] = r
+        if pl.op == "view":
+            shp = tuple(pl.p.get("shape") or yshape)
+            return (lambda: put(S[i0].view(shp))), "view (no kernel)", False
+        if pl.op == "select":  # a view too: one index along an axis
+            ax, ix = p["axis"], p["index"]
+            return (lambda: put(S[i0].select(ax, ix))), "view (select, no kernel)", False
         if pl.op == "conv2d":
             pt, pl_, pb, pr = p["pads"]
-            x, w = xs[0], xs[1]
-            extra = ""
-            if (pt, pl_) != (pb, pr):  # asymmetric: padded apart (an extra kernel, said so)
-                x = F.pad(x, (pl_, pr, pt, pb))
-                pt, pl_, extra = 0, 0, " + a pad kernel (asymmetric pads)"
-            bias = xs[2] if p["bias"] else None
-            args = (list(p["strides"]), [pt, pl_], list(p["dilations"]), p["group"])
+            wi, bi = ins[1], (ins[2] if p["bias"] else None)
+            asym = (pt, pl_) != (pb, pr)
+            extra = " + a pad kernel (asymmetric pads)" if asym else ""
+            args = (list(p["strides"]), [0, 0] if asym else [pt, pl_], list(p["dilations"]), p["group"])
+
+            def xin():
+                return F.pad(S[i0], (pl_, pr, pt, pb)) if asym else S[i0]
+
+            def bias():
+                return None if bi is None else S[bi]
             if p["act"] == "relu" and self._ok("cudnn_convolution_relu"):
                 try:
                     fused = torch.cudnn_convolution_relu
-                    with torch.cuda.stream(self.stream):
-                        r = fused(x, w, bias, *args)
+                    r = fused(xin(), S[wi], bias(), *args)
                     self.stream.synchronize()
-                    if tuple(r.shape) == tuple(y.shape):
-                        return (lambda: last.keep(fused(x, w, bias, *args))), \
-                            "cudnn conv+bias+relu, fused (torch.cudnn_convolution_relu)" + extra, kept
+                    if tuple(r.shape) == yshape:
+                        return (lambda: put(fused(xin(), S[wi], bias(), *args))), \
+                            "cudnn conv+bias+relu, fused (torch.cudnn_convolution_relu)" + extra, False
                 except Exception as e:
                     self._failed("cudnn_convolution_relu", e)
 
             def run():
-                r = F.conv2d(x, w, bias, *args)
-                if p["act"] != "none":
-                    _act_(r, p["act"])
-                last.keep(r)
-            return run, "cudnn conv" + (" + bias" if bias is not None else "") + _act_desc(p["act"]) + extra, kept
+                r = F.conv2d(xin(), S[wi], bias(), *args)
+                _act_(r, p["act"])
+                put(r)
+            return run, "cudnn conv" + (" + bias" if bi is not None else "") + _act_desc(p["act"]) + extra, False
         if pl.op == "matmul":
-            a, b = xs[0], xs[1]
-            bias = xs[2] if p["bias"] else None
-            if b.dim() == 2:  # one GEMM over all rows
-                a2, y2 = a.reshape(-1, a.shape[-1]), y.view(-1, y.shape[-1])
-                if bias is not None and p["act"] == "relu" and self._ok("_addmm_activation"):
+            ai, bi_, ci = ins[0], ins[1], (ins[2] if p["bias"] else None)
+            if S[bi_].dim() == 2:  # one GEMM over all rows
+                k = S[bi_].shape[0]
+                y2 = y.view(-1, yshape[-1])
+                if ci is not None and p["act"] == "relu" and self._ok("_addmm_activation"):
                     try:
                         act = torch._addmm_activation
-                        with torch.cuda.stream(self.stream):
-                            r = act(bias, a2, b, use_gelu=False)
+                        r = act(S[ci], S[ai].reshape(-1, k), S[bi_], use_gelu=False)
                         self.stream.synchronize()
                         if tuple(r.shape) == tuple(y2.shape):
-                            return (lambda: last.keep(act(bias, a2, b, use_gelu=False))), \
-                                "cublasLt gemm + bias + relu epilogue (torch._addmm_activation)", \
-                                (lambda: [last.v.view(y.shape)])
+                            return (lambda: put(act(S[ci], S[ai].reshape(-1, k), S[bi_], use_gelu=False).view(yshape))), \
+                                "cublasLt gemm + bias + relu epilogue (torch._addmm_activation)", False
                     except Exception as e:
                         self._failed("_addmm_activation", e)
-                if bias is not None:
+                if ci is not None:
                     def run():
-                        torch.addmm(bias, a2, b, out=y2)
+                        torch.addmm(S[ci], S[ai].reshape(-1, k), S[bi_], out=y2)
                         _act_(y2, p["act"])
-                    return run, "cublas gemm + bias (torch.addmm)" + _act_desc(p["act"]), None
+                    return run, "cublas gemm + bias (torch.addmm)" + _act_desc(p["act"]), True
 
                 def run():
-                    torch.mm(a2, b, out=y2)
+                    torch.mm(S[ai].reshape(-1, k), S[bi_], out=y2)
                     _act_(y2, p["act"])
-                return run, "cublas gemm (torch.mm)" + _act_desc(p["act"]), None
+                return run, "cublas gemm (torch.mm)" + _act_desc(p["act"]), True
 
             def run():
-                r = torch.matmul(a, b)
-                if bias is not None:
-                    r.add_(bias)
-                _act_(r, p["act"])
-                last.keep(r)
-            return run, "cublas batched gemm (torch.matmul)" + (" + a bias kernel" if bias is not None else "") + \
-                _act_desc(p["act"]), kept
+                torch.matmul(S[ai], S[bi_], out=y)
+                if ci is not None:
+                    y.add_(S[ci])
+                _act_(y, p["act"])
+            return run, "cublas batched gemm (torch.matmul)" + (" + a bias kernel" if ci is not None else "") + \
+                _act_desc(p["act"]), True
         if pl.op == "binary":
-            a, b = xs
+            ai, bi_ = ins
+            ash, bsh = tuple(S[ai].shape), tuple(S[bi_].shape)
             fn, n = p["fn"], y.numel()
+            yp = _p(y)
             if nv is not None:
-                if tuple(a.shape) == tuple(b.shape) == tuple(y.shape):
+                if ash == bsh == yshape:
                     if n % 4 == 0:
-                        return (lambda: nv.launch(f"b4_{fn}", n // 4, _p(y), _p(a), _p(b), np.int64(n // 4))), \
-                            f"nvrtc b4_{fn}", None
-                    return (lambda: nv.launch(f"b_{fn}", n, _p(y), _p(a), _p(b), np.int64(n))), f"nvrtc b_{fn}", None
-                if b.numel() == 1 and tuple(a.shape) == tuple(y.shape):
-                    return (lambda: nv.launch(f"bsb_{fn}", n, _p(y), _p(a), _p(b), np.int64(n))), \
-                        f"nvrtc bsb_{fn} (scalar right operand)", None
-                if a.numel() == 1 and tuple(b.shape) == tuple(y.shape):
-                    return (lambda: nv.launch(f"bsa_{fn}", n, _p(y), _p(a), _p(b), np.int64(n))), \
-                        f"nvrtc bsa_{fn} (scalar left operand)", None
-                nd = y.dim()
-                meta = torch.tensor(list(y.shape) + _bstrides(a.shape, y.shape) + _bstrides(b.shape, y.shape),
+                        return (lambda: nv.launch(f"b4_{fn}", n // 4, yp, _p(S[ai]), _p(S[bi_]), np.int64(n // 4))), \
+                            f"nvrtc b4_{fn}", True
+                    return (lambda: nv.launch(f"b_{fn}", n, yp, _p(S[ai]), _p(S[bi_]), np.int64(n))), f"nvrtc b_{fn}", True
+                if _numel(bsh) == 1 and ash == yshape:
+                    return (lambda: nv.launch(f"bsb_{fn}", n, yp, _p(S[ai]), _p(S[bi_]), np.int64(n))), \
+                        f"nvrtc bsb_{fn} (scalar right operand)", True
+                if _numel(ash) == 1 and bsh == yshape:
+                    return (lambda: nv.launch(f"bsa_{fn}", n, yp, _p(S[ai]), _p(S[bi_]), np.int64(n))), \
+                        f"nvrtc bsa_{fn} (scalar left operand)", True
+                nd = len(yshape)
+                meta = torch.tensor(list(yshape) + _bstrides(ash, yshape) + _bstrides(bsh, yshape),
                                     dtype=torch.int64, device=self.dev)
-                return (lambda: nv.launch(f"bbc_{fn}", n, _p(y), _p(a), _p(b), np.int64(n), np.int32(nd), _p(meta))), \
-                    f"nvrtc bbc_{fn} (broadcast)", None
+                return (lambda: nv.launch(f"bbc_{fn}", n, yp, _p(S[ai]), _p(S[bi_]), np.int64(n), np.int32(nd),
+                                          _p(meta))), f"nvrtc bbc_{fn} (broadcast)", True
             tf = {"add": torch.add, "mul": torch.mul, "sub": torch.sub, "div": torch.div}[fn]
-            return (lambda: tf(a, b, out=y)), f"torch {fn}", None
+            return (lambda: tf(S[ai], S[bi_], out=y)), f"torch {fn}", True
         if pl.op == "unary":
-            x, fn, n = xs[0], p["fn"], y.numel()
+            fn, n = p["fn"], y.numel()
+            yp = _p(y)
             if nv is not None:
                 if n % 4 == 0:
-                    return (lambda: nv.launch(f"u4_{fn}", n // 4, _p(y), _p(x), np.int64(n // 4))), f"nvrtc u4_{fn}", None
-                return (lambda: nv.launch(f"u_{fn}", n, _p(y), _p(x), np.int64(n))), f"nvrtc u_{fn}", None
-            tf = {"relu": lambda: torch.clamp_min(x, 0, out=y), "sigmoid": lambda: torch.sigmoid(x, out=y),
-                  "tanh": lambda: torch.tanh(x, out=y), "erf": lambda: torch.erf(x, out=y),
-                  "sqrt": lambda: torch.sqrt(x, out=y), "exp": lambda: torch.exp(x, out=y),
-                  "neg": lambda: torch.neg(x, out=y)}[fn]
-            return tf, f"torch {fn}", None
+                    return (lambda: nv.launch(f"u4_{fn}", n // 4, yp, _p(S[i0]), np.int64(n // 4))), f"nvrtc u4_{fn}", True
+                return (lambda: nv.launch(f"u_{fn}", n, yp, _p(S[i0]), np.int64(n))), f"nvrtc u_{fn}", True
+            tf = {"relu": torch.clamp_min, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "erf": torch.erf,
+                  "sqrt": torch.sqrt, "exp": torch.exp, "neg": torch.neg}[fn]
+            if fn == "relu":
+                return (lambda: torch.clamp_min(S[i0], 0, out=y)), "torch relu", True
+            return (lambda: tf(S[i0], out=y)), f"torch {fn}", True
         if pl.op == "batchnorm":
-            x, sc, bi, mu, var = xs
+            xi, si, bi, mi, vi = ins
+            x = S[xi]
             n, c = y.numel(), x.shape[1]
             inner = n // max(1, x.shape[0] * c)
             if nv is not None:
-                return (lambda: nv.launch("batchnorm", n, _p(y), _p(x), _p(sc), _p(bi), _p(mu), _p(var),
+                yp = _p(y)
+                return (lambda: nv.launch("batchnorm", n, yp, _p(S[xi]), _p(S[si]), _p(S[bi]), _p(S[mi]), _p(S[vi]),
                                           np.float32(p["eps"]), np.int64(n), np.int64(c), np.int64(inner))), \
-                    "nvrtc batchnorm", None
-            return (lambda: last.keep(F.batch_norm(x, mu, var, sc, bi, False, 0.0, p["eps"]))), \
-                "torch batch_norm (inference)", kept
+                    "nvrtc batchnorm", True
+            return (lambda: put(F.batch_norm(S[xi], S[mi], S[vi], S[si], S[bi], False, 0.0, p["eps"]))), \
+                "torch batch_norm (inference)", False
         if pl.op == "transpose":
-            x, perm = xs[0], p["perm"]
+            perm = p["perm"]
             if nv is not None:
-                st = _strides(x.shape)
-                meta = torch.tensor(list(y.shape) + [st[q] for q in perm], dtype=torch.int64, device=self.dev)
-                n = y.numel()
-                return (lambda: nv.launch("transpose", n, _p(y), _p(x), np.int64(n), np.int32(y.dim()), _p(meta))), \
-                    "nvrtc transpose", None
-            return (lambda: y.copy_(x.permute(*perm))), "torch permute copy", None
+                st = _strides(S[i0].shape)
+                meta = torch.tensor(list(yshape) + [st[q] for q in perm], dtype=torch.int64, device=self.dev)
+                n, yp = y.numel(), _p(y)
+                return (lambda: nv.launch("transpose", n, yp, _p(S[i0]), np.int64(n), np.int32(len(yshape)),
+                                          _p(meta))), "nvrtc transpose", True
+            return (lambda: y.copy_(S[i0].permute(*perm))), "torch permute copy", True
         if pl.op in ("concat", "split"):
-            ax = p["axis"]
-            parts = xs if pl.op == "concat" else ys
-            whole = y if pl.op == "concat" else xs[0]
+            ax = p["axis"] % len(yshape if pl.op == "concat" else S[i0].shape)
+            parts = ins if pl.op == "concat" else outs
+            whole = y if pl.op == "concat" else S[i0]
             outer, inner = _numel(whole.shape[:ax]), _numel(whole.shape[ax + 1:])
             offs = [0]
-            for t in parts:
-                offs.append(offs[-1] + t.shape[ax] * inner)
-            if nv is not None:
-                ptrs = torch.tensor([t.data_ptr() for t in parts], dtype=torch.int64, device=self.dev)
+            for j in parts:
+                offs.append(offs[-1] + S[j].shape[ax] * inner)
+            fixed_parts = pl.op == "split" or all(j in fixed for j in ins)
+            if nv is not None and fixed_parts:
+                ptrs = torch.tensor([S[j].data_ptr() for j in parts], dtype=torch.int64, device=self.dev)
                 offt = torch.tensor(offs, dtype=torch.int64, device=self.dev)
                 n, k, total = whole.numel(), len(parts), offs[-1]
                 if pl.op == "concat":
-                    return (lambda: nv.launch("concat", n, _p(y), _p(ptrs), _p(offt), np.int32(k), np.int64(outer),
-                                              np.int64(total))), "nvrtc concat (one launch)", None
-                return (lambda: nv.launch("split", n, _p(whole), _p(ptrs), _p(offt), np.int32(k), np.int64(outer),
-                                          np.int64(total))), "nvrtc split (one launch)", None
+                    yp = _p(y)
+                    return (lambda: nv.launch("concat", n, yp, _p(ptrs), _p(offt), np.int32(k), np.int64(outer),
+                                              np.int64(total))), "nvrtc concat (one launch)", True
+                return (lambda: nv.launch("split", n, _p(S[i0]), _p(ptrs), _p(offt), np.int32(k), np.int64(outer),
+                                          np.int64(total))), "nvrtc split (one launch)", True
             if pl.op == "concat":
-                return (lambda: torch.cat(xs, ax, out=y)), "torch cat", None
-            sizes = list(p["sizes"])
+                why = "" if nv is None else " (an input's memory moves between runs)"
+                return (lambda: torch.cat([S[j] for j in ins], ax, out=y)), "torch cat" + why, True
+            sizes = [S[j].shape[ax] for j in outs]
 
             def run():
-                for o, piece in zip(ys, torch.split(xs[0], sizes, ax)):
-                    o.copy_(piece)
-            return run, f"torch split ({len(ys)} copies)", None
+                for j, piece in zip(outs, torch.split(S[i0], sizes, ax)):
+                    S[j].copy_(piece)
+            return run, f"torch split ({len(outs)} copies)", True
         if pl.op == "pool":
-            x = xs[0]
             pt, pl_, pb, pr = p["pads"]
-            extra = ""
-            if (pt, pl_) != (pb, pr) or pt > p["kernel"][0] // 2 or pl_ > p["kernel"][1] // 2:
-                if p["mode"] == "avg" and not p["count_include_pad"] and max(p["pads"]):
-                    raise Unsupported("average pooling with asymmetric pads not counted")
-                x = F.pad(x, (pl_, pr, pt, pb), value=-math.inf if p["mode"] == "max" else 0.0)
-                pt, pl_, extra = 0, 0, " + a pad kernel"
+            kh, kw = p["kernel"]
+            ceil = bool(p.get("ceil", 0))
+            padded = (pt, pl_) != (pb, pr) or pt > kh // 2 or pl_ > kw // 2
+            if padded and p["mode"] == "avg" and not p["count_include_pad"] and max(p["pads"]):
+                raise Unsupported("average pooling with asymmetric pads not counted")
+            val = -math.inf if p["mode"] == "max" else 0.0
+            extra = " + a pad kernel" if padded else ""
+
+            def xin():
+                return F.pad(S[i0], (pl_, pr, pt, pb), value=val) if padded else S[i0]
+            pads = [0, 0] if padded else [pt, pl_]
             k, st = list(p["kernel"]), list(p["strides"])
             if p["mode"] == "max":
-                return (lambda: last.keep(F.max_pool2d(x, k, st, [pt, pl_]))), "torch max_pool2d" + extra, kept
+                return (lambda: put(F.max_pool2d(xin(), k, st, pads, ceil_mode=ceil))), "torch max_pool2d" + extra, False
             cip = bool(p["count_include_pad"])
-            return (lambda: last.keep(F.avg_pool2d(x, k, st, [pt, pl_], count_include_pad=cip))), \
-                "torch avg_pool2d" + extra, kept
+            return (lambda: put(F.avg_pool2d(xin(), k, st, pads, ceil_mode=ceil, count_include_pad=cip))), \
+                "torch avg_pool2d" + extra, False
         if pl.op == "pad2d":
-            x = xs[0]
+            x = S[i0]
             nc, h, w = x.shape[0] * x.shape[1], x.shape[2], x.shape[3]
-            oh, ow = y.shape[2], y.shape[3]
+            oh, ow = yshape[2], yshape[3]
             t, l_ = p["top"], p["left"]
             if nv is not None:
-                n = y.numel()
-                return (lambda: nv.launch("pad2d", n, _p(y), _p(x), np.int64(nc), np.int64(h), np.int64(w),
-                                          np.int64(oh), np.int64(ow), np.int64(t), np.int64(l_))), "nvrtc pad2d", None
-            return (lambda: last.keep(F.pad(x, (l_, ow - w - l_, t, oh - h - t)))), "torch pad", kept
+                n, yp = y.numel(), _p(y)
+                return (lambda: nv.launch("pad2d", n, yp, _p(S[i0]), np.int64(nc), np.int64(h), np.int64(w),
+                                          np.int64(oh), np.int64(ow), np.int64(t), np.int64(l_))), "nvrtc pad2d", True
+            return (lambda: put(F.pad(S[i0], (l_, ow - w - l_, t, oh - h - t)))), "torch pad", False
         if pl.op == "softmax":
-            return (lambda: last.keep(torch.softmax(xs[0], -1))), "torch softmax (last axis; approximate)", kept
+            ax = p.get("axis", -1)
+            what = "last axis; approximate" if pl.approx else f"axis {ax}"
+            return (lambda: put(torch.softmax(S[i0], ax))), f"torch softmax ({what})", False
         if pl.op == "layernorm":
-            x = xs[0]
-            w = xs[1] if p["affine"] else None
-            b = xs[2] if p["bias"] else None
-            return (lambda: last.keep(F.layer_norm(x, (x.shape[-1],), w, b, p["eps"]))), \
-                "torch layer_norm (last axis; approximate)", kept
+            ax = p.get("axis", -1) % len(yshape)
+            norm = yshape[ax:]
+            wi = ins[1] if p["affine"] else None
+            bi = ins[2] if p["bias"] else None
+            what = "last axis; approximate" if pl.approx else f"from axis {ax}"
+            return (lambda: put(F.layer_norm(S[i0], norm, None if wi is None else S[wi], None if bi is None else S[bi],
+                                             p["eps"]))), f"torch layer_norm ({what})", False
         if pl.op == "gavgpool":
-            return (lambda: last.keep(torch.mean(xs[0], (2, 3), keepdim=True))), "torch mean over H, W", kept
+            return (lambda: torch.mean(S[i0], (2, 3), keepdim=True, out=y)), "torch mean over H, W", True
         if pl.op == "copy":
-            src = xs[0].reshape(-1)[:y.numel()].view(y.shape)
+            n = y.numel()
             if nv is not None:
-                n = y.numel()
-                return (lambda: nv.launch("u_copy", n, _p(y), _p(src), np.int64(n))), \
-                    "nvrtc copy (approximate)", None
-            return (lambda: y.copy_(src)), "torch copy (approximate)", None
+                yp = _p(y)
+                return (lambda: nv.launch("u_copy", n, yp, _p(S[i0]), np.int64(n))), "nvrtc copy (approximate)", True
+            return (lambda: y.copy_(S[i0].reshape(-1)[:n].view(yshape))), "torch copy (approximate)", True
+        if pl.op == "cast":
+            if nv is not None and S[i0].dtype == y.dtype == torch.float32:
+                n, yp = y.numel(), _p(y)
+                return (lambda: nv.launch("u_copy", n, yp, _p(S[i0]), np.int64(n))), "nvrtc copy (cast to itself)", True
+            return (lambda: y.copy_(S[i0])), "torch copy_ (cast)", True
+        if pl.op == "gather":
+            ax, ii = p["axis"], ins[1]
+            keep = list(S[i0].shape)
+            keep[ax % len(keep)] = S[ii].numel()
+            yv = y.view(keep)
+            return (lambda: torch.index_select(S[i0], ax, S[ii].reshape(-1), out=yv)), "torch index_select", True
         raise Unsupported(f"no CUDA kernel for {pl.op}")
 
     def _ok(self, what: str) -> bool:
@@ -910,7 +957,9 @@ class CudaBackend:
     def _failed(self, what: str, e: Exception) -> None:
         self.errors.setdefault(what, f"{type(e).__name__}: {e}"[:300])
 
-    def time(self, prep: Prepared, warmup: int, repeats: int, cap_s: float) -> tuple[list, int, int]:
+    def time(self, prep, warmup: int, repeats: int, cap_s: float) -> tuple[list, int, int]:
+        """Per-run device times (ms) of ``prep.run()``: one run alone, the warm-ups, then the repeats each
+        between two events behind a spin kernel (so the host's launch gaps are not timed)."""
         # one run timed alone: the cap, and the spin's length
         t = self._record_pair_timer()
         t.start()
@@ -947,13 +996,37 @@ class CudaBackend:
             pass
 
 
-class _Last:
-    """The result a kernel returned (kept, so that the next run's allocation reuses its memory)."""
+class CudaBackend(CudaDevice):
+    """The calibration's GPU backend: each signature's plan over fresh inputs (``CudaDevice.build_kernel``)."""
 
-    v = None
+    def prepare(self, rec: dict, pl: Plan) -> Prepared:
+        torch = self.torch
+        dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[rec["dtype"]]
+        xs_np = _inputs(rec, self.rng)
+        if pl.op == "view":
+            return Prepared(lambda: None, lambda: [xs_np[0].reshape(rec["out_shapes"][0])], "view (no kernel)", xs_np)
+        with torch.cuda.stream(self.stream):
+            S = [torch.from_numpy(x).to(self.dev, dt) for x in xs_np]
+            S += [torch.empty(tuple(s), dtype=dt, device=self.dev) for s in rec["out_shapes"]]
+        self.stream.synchronize()
+        ins, outs = list(range(len(xs_np))), list(range(len(xs_np), len(S)))
+        with torch.cuda.stream(self.stream):  # (its index tensors are copied on the stream the kernels run on)
+            run, backend, _ = self.build_kernel(pl, S, ins, outs, fixed=set(ins), f32=dt == torch.float32)
+        torch.cuda.synchronize()
 
-    def keep(self, r):
-        self.v = r
+        def stream_run():
+            with torch.cuda.stream(self.stream):
+                run()
+
+        def outputs():
+            self.stream.synchronize()
+            return [S[o].float().cpu().numpy() for o in outs]
+        stream_run()  # a trial run: what cannot run fails here
+        self.stream.synchronize()
+        shapes = [tuple(S[o].shape) for o in outs]
+        if shapes != [tuple(s) for s in rec["out_shapes"]]:
+            raise ValueError(f"{backend} gives shapes {shapes}, the signature says {rec['out_shapes']}")
+        return Prepared(stream_run, outputs, backend, xs_np, release=S.clear)
 
 
 def _act_(t, act):
