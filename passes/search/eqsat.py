@@ -90,7 +90,7 @@ class EGraph:
 
     def canon(self, node: tuple) -> tuple:
         kind, attrs, kids, j = node
-        kids = tuple(self.find(k) for k in kids)
+        kids = tuple(map(self.find, kids))
         if kind in RB.COMMUTATIVE and len(kids) == 2 and kids[1] < kids[0]:
             kids = (kids[1], kids[0])
         return (kind, attrs, kids, j)
@@ -302,19 +302,23 @@ class Index:
         self.by_kind: dict = defaultdict(dict)  # kind -> op keys (dicts as ordered sets: deterministic)
         self.of_class: dict = defaultdict(list)  # (class, kind, result index) -> op keys
         self.users: dict = defaultdict(dict)  # (operand class, kind) -> op keys
+        find = eg.find
         kinds: dict = defaultdict(set)  # class -> the kinds of its e-nodes
         for n, c in eg.memo.items():
-            kinds[eg.find(c)].add(n[0])
+            kinds[find(c)].add(n[0])
         #: (kind of an e-node, kind of an e-node in one of its operand classes): a rewrite whose source
         #: has an edge not among these has no match (``Matcher.edges``)
-        self.edges: set = {(n[0], k) for n in eg.memo for kid in set(n[2]) for k in kinds[eg.find(kid)]}
+        self.edges: set = {(n[0], k) for n in eg.memo for kid in set(n[2]) for k in kinds[find(kid)]}
+        canonical = not eg.pending  # (no union since the last rebuild: every key is canonical)
+        spec = specs.SPECS
         for n, c in eg.memo.items():
             kind = n[0]
-            if kind not in specs.SPECS:
+            if kind not in spec:
                 continue
-            n = eg.canon(n)
+            if not canonical:
+                n = eg.canon(n)
             op = n[:3]
-            self.of_class[(eg.find(c), kind, n[3])].append(op)
+            self.of_class[(find(c), kind, n[3])].append(op)
             if n[3] == 0:
                 self.by_kind[kind][op] = None
                 for k in op[2]:
