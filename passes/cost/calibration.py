@@ -21,7 +21,7 @@ calibration measures in that order, so that a cut-short run has the ops that mat
 
     python -m taso_mlir.passes.cost.calibration dump -o benchmarks/gpu/signatures.jsonl
     python -m taso_mlir.passes.cost.calibration dump --quick --models nasrnn -o sigs.jsonl
-    python -m taso_mlir.passes.cost.calibration report passes/cost/tables/h100.json
+    python -m taso_mlir.passes.cost.calibration report cuda:h100     # or a table file; --json
 """
 
 from __future__ import annotations
@@ -298,13 +298,33 @@ def _dump(a) -> int:
     return 1 if errors else 0
 
 
-def _report(a) -> int:
-    from taso_mlir.passes.cost.cuda_table import CudaTable
+def load_table(what: str):
+    """A ``CudaTable`` from ``cuda:<gpu>`` (the table that cost model reads) or a table file."""
+    from taso_mlir.passes.cost import cuda_table as CT
 
-    t = CudaTable.load(a.table)
-    print(t.describe())
-    print(f"{len(t.entries)} signatures measured, {len(t.failed)} failed, {len(t.unsupported)} without a kernel "
-          "(these two estimated)")
+    if what.lower().startswith("cuda:") and what[5:]:
+        return CT.get(what, what[5:].lower())
+    if not os.path.exists(what):
+        raise TasoError(f"{what}: no such table file (give a table file, or cuda:<gpu> for "
+                        f"{CT.display_path(CT.table_path('<gpu>'))})")
+    return CT.CudaTable.load(what)
+
+
+def _report(a) -> int:
+    t = load_table(a.table)
+    stats = t.class_stats()
+    if a.json:
+        json.dump({"table": t.source(), "classes": stats}, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    print(t.source_text())
+    print(f"How far the analytic {t.base.name.upper()} roofline (hand-set: analytic:{t.base.name}:datasheet) is "
+          f"from the measurements, per op class: the ratio estimate / measured over the {stats['all']['n']} "
+          "signatures measured above 0 (1 = exact; median, interquartile range, worst), before and after fitting "
+          "ms = a + b x per class (x: the roofline's time without its launch overhead; in-sample). "
+          f"cuda:{t.gpu} prices signatures missing from the table by the fitted line, and analytic:{t.gpu} is the "
+          "fitted line for every signature while this table is the one cuda:<gpu> reads.")
+    print()
     print(t.fit_report())
     return 0
 
@@ -326,8 +346,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     d.add_argument("--timeout", type=float, default=30.0, help="seconds per search (taso-search's timeout)")
     d.add_argument("--search-options", default="", help="more taso-search options, space-separated "
                    "(e.g. 'alpha=1.2 budget=400': a wider search visits more sites)")
-    r = sub.add_parser("report", help="a measured table: its device, and how far the analytic model is from it")
-    r.add_argument("table", help="a table file (passes/cost/tables/<gpu>.json)")
+    r = sub.add_parser("report", help="a measured table: its device, and how far the analytic model is from it, "
+                       "per op class")
+    r.add_argument("table", help="cuda:<gpu> (the table that cost model reads: passes/cost/tables/<gpu>.json, or "
+                   "$TASO_CUDA_TABLES/<gpu>.json) or a table file")
+    r.add_argument("--json", action="store_true", help="the table's source and the per-class figures as JSON")
     a = ap.parse_args(argv)
     try:
         return _dump(a) if a.cmd == "dump" else _report(a)

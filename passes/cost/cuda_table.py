@@ -25,6 +25,14 @@ measurement, a relative error that weighs over- and underestimates alike (measur
 magnitude). A class with fewer than ``MIN_FIT`` entries, or without two distinct ``x``, uses the fit over all
 entries; views (no body) cost their class's median. Each distinct
 signature priced is counted once: ``hits`` measured, ``estimated`` fitted.
+
+Where a table exists, ``analytic:<gpu>`` (for a GPU of ``GPU_PROFILES``) is that fitted model alone
+(``FittedAnalytic``: every signature estimated, none looked up), replacing the hand-set profile; the hand-set
+one stays ``analytic:<gpu>:datasheet``, and is ``analytic:<gpu>`` wherever no table exists.
+
+How far the analytic model is from the measurements, per op class (``class_stats``, ``fit_report``)::
+
+    python -m taso_mlir.passes.cost.calibration report cuda:h100      # or a table file
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from taso_mlir.dialect.errors import TasoError, one_line
-from taso_mlir.passes.cost.roofline import PROFILES, Analytic, CostModel, OpSig
+from taso_mlir.passes.cost.roofline import GPU_PROFILES, PROFILES, Analytic, CostModel, OpSig
 
 FORMAT = "taso-mlir cuda table 1"
 #: a folder of ``<gpu>.json`` tables read instead of the shipped ones (tests, a table just measured)
@@ -81,6 +89,18 @@ def table_dir() -> str:
 
 def table_path(gpu: str) -> str:
     return os.path.join(table_dir(), f"{gpu}.json")
+
+
+def display_path(path: str) -> str:
+    """Where a table is, as the reports print it: relative to the package (``passes/cost/tables/h100.json``)
+    or to ``$TASO_CUDA_TABLES``, never a machine's absolute path."""
+    d, base = os.path.dirname(os.path.abspath(path)), os.path.basename(path)
+    if d == os.path.abspath(SHIPPED_DIR):
+        return f"passes/cost/tables/{base}"
+    env = os.environ.get(TABLES_ENV)
+    if env and d == os.path.abspath(env):
+        return f"${TABLES_ENV}/{base}"
+    return base
 
 
 def shipped_tables() -> list[str]:
@@ -184,13 +204,15 @@ def fit_line(xs: list[float], ys: list[float]) -> Optional[tuple[float, float]]:
 class CudaTable(CostModel):
     """Measured GPU costs from a table; misses estimated by the analytic profile fitted to the table."""
 
-    def __init__(self, data: dict, path: str = "", gpu: Optional[str] = None):
+    def __init__(self, data: dict, path: str = "", gpu: Optional[str] = None, lines: Optional[dict] = None):
         super().__init__()
         self.path = path
         self.gpu = gpu or data.get("name") or os.path.splitext(os.path.basename(path))[0] or "gpu"
         self.name = f"cuda:{self.gpu}"
         self.device = data["device"]
         self.date = str(data["date"])
+        self.method = dict(data.get("method") or {})
+        self.complete = data.get("complete")  # (calibrate.py: whether every dumped signature has a result)
         self.entries = {k: float(v["ms"]) for k, v in data["entries"].items()}
         # signatures the calibration could not measure (estimated like any miss): key -> why
         self.failed, self.unsupported = dict(data.get("failed") or {}), dict(data.get("unsupported") or {})
@@ -199,14 +221,23 @@ class CudaTable(CostModel):
         # the roofline's body: the base profile without its per-kernel and per-view overheads
         self._body = Analytic(replace(self.base, launch_s=0.0, dispatch_s=0.0))
         self.roofline = Analytic(self.base)  # the unfitted profile (the report compares it)
-        self.lines = self._fit()
+        self.lines = lines if lines is not None else self._fit()
 
     # -- loading
 
+    #: (path, gpu) -> (the file's mtime and size, its data, the fitted lines): a table is read and fitted once
+    #: per process (a search makes a cost model per run)
+    _loaded: dict = {}
+
     @classmethod
     def load(cls, path: str, gpu: Optional[str] = None) -> "CudaTable":
-        where = f"the CUDA cost table {path}"
+        where = f"the CUDA cost table {display_path(path)}"
         try:
+            st = os.stat(path)
+            stamp = (st.st_mtime_ns, st.st_size)
+            hit = cls._loaded.get((os.path.abspath(path), gpu))
+            if hit is not None and hit[0] == stamp:
+                return cls(hit[1], path, gpu, hit[2])
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
         except FileNotFoundError:
@@ -216,7 +247,9 @@ class CudaTable(CostModel):
         problem = validate(data)
         if problem:
             raise TasoError(f"{where} is not a taso-mlir CUDA table: {problem}")
-        return cls(data, path, gpu)
+        t = cls(data, path, gpu)
+        cls._loaded[(os.path.abspath(path), gpu)] = (stamp, data, t.lines)
+        return t
 
     # -- the fit
 
@@ -255,42 +288,100 @@ class CudaTable(CostModel):
 
     # -- reporting
 
+    def rehearsal(self) -> bool:
+        """A table of calibrate.py's dry run (numpy on the CPU): its numbers are not GPU timings."""
+        return self.method.get("backend") == "dry" or str(self.device.get("gpu", "")).startswith("DRY RUN")
+
     def describe(self) -> str:
         gpu = self.device.get("gpu", self.gpu)
         return (f"measured on {gpu} (table of {self.date[:10]}); signatures not in it estimated by the analytic "
                 f"{self.base.name.upper()} roofline fitted to the table")
+
+    def source(self) -> dict:
+        """Which table this is, for reports: the GPU, its driver and libraries, the date, where the file is
+        (``display_path``), the backend that measured it, and how many signatures it measured."""
+        dev = self.device
+        libs = {k: dev[k] for k in ("cuda_runtime", "cublas", "cudnn", "torch", "cuda_core", "cupy") if dev.get(k)}
+        return {"table": display_path(self.path) if self.path else self.name, "name": self.name,
+                "gpu": dev.get("gpu", self.gpu), "driver": dev.get("driver"), "date": self.date,
+                "libraries": libs, "backend": self.method.get("backend"), "rehearsal": self.rehearsal(),
+                "complete": self.complete, "entries": len(self.entries), "failed": len(self.failed),
+                "unsupported": len(self.unsupported), "fitted_profile": f"analytic:{self.base.name}"}
+
+    def source_text(self) -> str:
+        """``source`` in one line."""
+        s = self.source()
+        libs = ", ".join(f"{k} {v}" for k, v in s["libraries"].items())
+        return (f"{s['name']}: {s['table']}, measured on {s['gpu']} (driver {s['driver'] or 'unknown'}"
+                f"{', ' + libs if libs else ''}) on {s['date']}: {s['entries']} signatures measured, "
+                f"{s['failed']} failed, {s['unsupported']} without a kernel"
+                + (" (REHEARSAL TABLE: numpy on the CPU, not GPU timings)" if s["rehearsal"] else ""))
+
+    def counts(self) -> dict:
+        """The distinct signatures priced so far: ``measured`` (found in the table), ``estimated`` (fitted)."""
+        return {"measured": self.hits, "estimated": self.estimated}
 
     def summary(self) -> str:
         n = self.hits + self.estimated
         return (f"{self.hits} of {n} op signatures measured on {self.device.get('gpu', self.gpu)}, the rest "
                 "estimated by the analytic model fitted to the table")
 
-    def fit_report(self) -> str:
-        """Per op class: entries, the fitted line, and the relative error against the measurements of the
-        unfitted roofline and of the fitted model (in-sample), as a Markdown table."""
-        rows = ["| class | entries | fit: a (us) | b | roofline error (median, worst) | fitted error (median, worst) |",
-                "|---|---|---|---|---|---|"]
-        errs: dict[str, tuple[list, list]] = {c: ([], []) for c in CLASSES}
+    def class_stats(self) -> dict:
+        """Per op class (``CLASSES``, then ``all``), over the table's entries with a positive time (``n``;
+        ``zero``: the entries measured at 0, views that launch no kernel), the
+        ratios estimate / measured of the unfitted roofline (``analytic``: the hand-set profile) and of the
+        fitted model (``fitted``, in-sample) as ``{"median", "q1", "q3", "worst"}`` (worst: the ratio farthest
+        from 1 either way; None without entries), and the class's line (``a_ms``, ``b``, ``own``: fitted on
+        the class's own entries, else the fit over all)."""
+        ratios: dict[str, tuple[list, list]] = {c: ([], []) for c in CLASSES}
+        zero = dict.fromkeys(CLASSES, 0)
         for k, ms in self.entries.items():
-            if ms <= 0:
-                continue
             sig = sig_from_key(k)
-            e0, e1 = errs[op_class(sig)]
-            e0.append(abs(self.roofline.cost(sig) - ms) / ms)
-            e1.append(abs(self.estimate(sig) - ms) / ms)
-        for c in CLASSES:
-            ln = self.lines[c]
-            e0, e1 = errs[c]
-            fit = f"{1e3 * ln.a:.2f} | {ln.b:.3g}" + ("" if ln.own else " (all classes')")
-            rows.append(f"| {c} | {ln.n} | {fit} | {_errs(e0)} | {_errs(e1)} |")
+            c = op_class(sig)
+            if ms <= 0:  # (a view: no kernel, no time to compare with)
+                zero[c] += 1
+                continue
+            ratios[c][0].append(self.roofline.cost(sig) / ms)
+            ratios[c][1].append(self.estimate(sig) / ms)
+        every = ([r for c in CLASSES for r in ratios[c][0]], [r for c in CLASSES for r in ratios[c][1]])
+        out = {}
+        for c in CLASSES + ("all",):
+            r0, r1 = every if c == "all" else ratios[c]
+            z = sum(zero.values()) if c == "all" else zero[c]
+            ln = self.lines.get(c)
+            out[c] = {"n": len(r0), "zero": z, "analytic": _ratio_stats(r0), "fitted": _ratio_stats(r1),
+                      "a_ms": ln.a if ln else None, "b": ln.b if ln else None, "own": ln.own if ln else None}
+        return out
+
+    def fit_report(self) -> str:
+        """``class_stats`` as a Markdown table: per op class, the entries, the ratio estimate / measured of the
+        hand-set roofline and of the fitted model (median and interquartile range; worst), and the fitted line
+        ``a + b x`` (a in microseconds)."""
+        rows = [f"| class | entries | analytic:{self.base.name} / measured: median (IQR), worst | fitted / measured: "
+                "median (IQR), worst | fit: a (us) | b |", "|---|---|---|---|---|---|"]
+        for c, st in self.class_stats().items():
+            if c == "all":
+                fit = "- | -"
+            else:
+                fit = f"{1e3 * st['a_ms']:.2f} | {st['b']:.3g}" + ("" if st["own"] else " (all classes')")
+            n = f"{st['n']}" + (f" (+{st['zero']} at 0)" if st["zero"] else "")
+            rows.append(f"| {c} | {n} | {_ratio_text(st['analytic'])} | {_ratio_text(st['fitted'])} | {fit} |")
         return "\n".join(rows)
 
 
-def _errs(e: list) -> str:
-    if not e:
+def _ratio_stats(r: list) -> Optional[dict]:
+    if not r:
+        return None
+    import numpy as np
+
+    q1, med, q3 = (float(v) for v in np.percentile(r, [25, 50, 75]))
+    return {"median": med, "q1": q1, "q3": q3, "worst": max(r, key=lambda v: abs(math.log(v)) if v > 0 else math.inf)}
+
+
+def _ratio_text(st: Optional[dict]) -> str:
+    if st is None:
         return "-"
-    s = sorted(e)
-    return f"{100 * s[len(s) // 2]:.0f}%, {100 * s[-1]:.0f}%"
+    return f"{st['median']:.3g}x ({st['q1']:.3g}-{st['q3']:.3g}), {st['worst']:.3g}x"
 
 
 def validate(data) -> Optional[str]:
@@ -326,8 +417,39 @@ def get(spec: str, gpu: str) -> CudaTable:
     if not os.path.exists(path):
         have = shipped_tables()
         raise TasoError(
-            f"cost model '{spec}' is not available: no measured table for '{gpu}' ({path} does not exist: "
-            f"the GPU calibration has not been run for it; see docs/benchmarks.md, 'GPU calibration'); "
+            f"cost model '{spec}' is not available: no measured table for '{gpu}' ({display_path(path)} does not "
+            f"exist: the GPU calibration has not been run for it; see docs/benchmarks.md, 'GPU calibration'); "
             f"tables: {', '.join(f'cuda:{g}' for g in have) or 'none yet'}; "
             f"analytic:{gpu if gpu in PROFILES else 'h100'} is an estimate")
     return CudaTable.load(path, gpu)
+
+
+class FittedAnalytic(Analytic):
+    """``analytic:<gpu>`` where a ``cuda:<gpu>`` table exists: the GPU's roofline fitted to the table, per op
+    class (``CudaTable.estimate``), for every signature (none is looked up in the table: this is the model,
+    an estimate). It replaces the hand-set profile (``analytic:<gpu>:datasheet``) once a table is measured."""
+
+    def __init__(self, table: CudaTable):
+        super().__init__(table.base)
+        self.table = table
+        self.name = f"analytic:{table.base.name}"
+
+    def _cost(self, sig: OpSig) -> float:
+        return self.table.estimate(sig)
+
+    def describe(self) -> str:
+        return (f"estimated by the analytic roofline of an NVIDIA {self.p.name.upper()} fitted to the table "
+                f"measured on {self.table.device.get('gpu', self.table.gpu)} (table of {self.table.date[:10]}, "
+                f"{display_path(self.table.path)})")
+
+    def source(self) -> dict:
+        return self.table.source()
+
+
+def analytic(dev: str) -> Analytic:
+    """``analytic:<dev>``: for a GPU with a measured table (``table_path(dev)`` exists), the roofline fitted
+    to it (``FittedAnalytic``); else the hand-set profile ``PROFILES[dev]``. ``analytic:<dev>:datasheet``
+    (``Analytic(PROFILES[dev])``) is the hand-set one in any case."""
+    if dev in GPU_PROFILES and os.path.exists(table_path(dev)):
+        return FittedAnalytic(CudaTable.load(table_path(dev), dev))
+    return Analytic(PROFILES[dev])

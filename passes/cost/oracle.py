@@ -17,6 +17,10 @@ Backends (``get_cost_model(spec)``):
   compute only from weights and constants (``weight_only``), the constants and ``weight`` cost 0:
   they are folded before export. Generic ops (``onnx.<Op>``): memory-bound estimate from their
   bytes, plus a launch (views such as ``onnx.Reshape``: a dispatch; without operands: 0).
+  For a GPU with a measured ``cuda:<gpu>`` table (below), ``analytic:<gpu>`` is that roofline *fitted to the
+  table* (``cuda_table.FittedAnalytic``: per op class, a fixed cost per kernel and a scale on the roofline,
+  instead of the hand-set launch overhead and efficiencies), still an estimate for every op;
+  ``analytic:<gpu>:datasheet`` is the hand-set profile in any case (and ``analytic:<gpu>`` without a table).
 - ``cpu`` (or ``cpu:<threads>``): each signature timed in onnxruntime (a one-node model,
   ORT_ENABLE_ALL, 1 intra-op thread by default, warm-up then the median of timed repeats, loops
   long enough to be well above the timer's resolution, the session's empty-run overhead
@@ -44,7 +48,7 @@ import numpy as np
 from taso_mlir.dialect.errors import TasoError, one_line
 from taso_mlir.dialect.specs import RELU6_MAX
 from taso_mlir.passes.cost.roofline import (  # noqa: F401 (the analytic model, re-exported)
-    PROFILES, Analytic, CostModel, OpSig, Profile, cpu_profile, flops, nbytes)
+    GPU_PROFILES, PROFILES, Analytic, CostModel, OpSig, Profile, cpu_profile, flops, nbytes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,12 +394,13 @@ def is_measured(cm: "CostModel") -> bool:
 def describe(cm: "CostModel") -> str:
     """What a cost model's numbers are, for people: measured where, or estimated by which model."""
     cm = unwrap(cm)
-    if hasattr(cm, "describe"):  # a measured table (cuda_table.CudaTable)
+    if hasattr(cm, "describe"):  # a measured table, or a roofline fitted to one (cuda_table)
         return cm.describe()
     if isinstance(cm, Analytic):
         dev = cm.p.name
-        what = f"an NVIDIA {dev.upper()}" if dev in ("t4", "v100", "a100", "h100") else f"a {dev} profile"
-        return f"estimated by the analytic roofline of {what}"
+        what = f"an NVIDIA {dev.upper()}" if dev in GPU_PROFILES else f"a {dev} profile"
+        return f"estimated by the analytic roofline of {what}" + (" (hand-set datasheet profile)"
+                                                                   if cm.name.endswith(":datasheet") else "")
     return f"measured on this machine's CPU ({cpu_name()}) in onnxruntime, {cm.threads} thread(s)"
 
 
@@ -424,8 +429,9 @@ def unwrap(cm: "CostModel") -> "CostModel":
 
 def get_cost_model(spec: str = "analytic") -> CostModel:
     """``auto`` (the machine this runs on, measured: ``machine_target``), ``analytic`` (= ``analytic:t4``),
-    ``analytic:<cpu|v100|t4|a100|h100>``, ``cpu`` (measured, 1 thread), ``cpu:<threads>``, ``cuda:<gpu>`` (a
-    table measured on that GPU, where one exists); ``cuda`` is not available yet."""
+    ``analytic:<cpu|t4|v100|a100|h100|h200>`` (a GPU's fitted to its measured table where one exists),
+    ``analytic:<gpu>:datasheet`` (the hand-set profile), ``cpu`` (measured, 1 thread), ``cpu:<threads>``,
+    ``cuda:<gpu>`` (a table measured on that GPU, where one exists); ``cuda`` is not available yet."""
     cm = _make_cost_model(spec)
     for wrap in list(_WRAPPERS):
         cm = wrap(cm)
@@ -434,16 +440,25 @@ def get_cost_model(spec: str = "analytic") -> CostModel:
 
 def _make_cost_model(spec: str) -> CostModel:
     s = (spec or "analytic").strip().lower()
-    valid = f"auto, analytic, analytic:<{'|'.join(sorted(PROFILES))}>, cpu, cpu:<threads>, cuda:<gpu>"
+    valid = (f"auto, analytic, analytic:<{'|'.join(sorted(PROFILES))}>, analytic:<gpu>:datasheet, cpu, "
+             "cpu:<threads>, cuda:<gpu>")
     if s == "auto":
         s = machine_target()
     if s == "analytic":
         s = "analytic:t4"
     if s.startswith("analytic:"):
-        dev = s.split(":", 1)[1]
+        dev, _, variant = s.split(":", 1)[1].partition(":")
         if dev not in PROFILES:
             raise TasoError(f"unknown cost model '{spec}': no device profile '{dev}' (valid: {valid})")
-        return Analytic(PROFILES[dev])
+        if variant == "datasheet" and dev in GPU_PROFILES:
+            cm = Analytic(PROFILES[dev])
+            cm.name = f"analytic:{dev}:datasheet"
+            return cm
+        if variant:
+            raise TasoError(f"unknown cost model '{spec}' (valid: {valid})")
+        from taso_mlir.passes.cost import cuda_table
+
+        return cuda_table.analytic(dev)
     if s == "cpu" or s.startswith("cpu:"):
         n = s.split(":", 1)[1] if ":" in s else os.environ.get("TASO_COST_CPU_THREADS", "1")
         if not n.isdigit() or int(n) < 1:
@@ -461,6 +476,6 @@ def _make_cost_model(spec: str) -> CostModel:
     raise TasoError(f"unknown cost model '{spec}' (valid: {valid})")
 
 
-__all__ = ["OpSig", "CostModel", "Analytic", "CpuMeasured", "Profile", "PROFILES", "cpu_profile",
+__all__ = ["OpSig", "CostModel", "Analytic", "CpuMeasured", "Profile", "PROFILES", "GPU_PROFILES", "cpu_profile",
            "get_cost_model", "wrapping_cost_models", "unwrap", "target_of", "machine_target", "is_measured",
            "describe", "TARGET_ENV", "flops", "nbytes", "cache_dir"]

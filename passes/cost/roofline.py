@@ -75,7 +75,13 @@ PROFILES = {
     "a100": Profile("a100", 19.5e12, 312e12, 1555e9, 0.8, 0, 0, 5e-6, 1e-6, 108, 128, 0.75, 2, 0.5),
     # NVIDIA H100 SXM5 (datasheet): 67 TFLOP/s fp32, 989 TFLOP/s fp16 tensor (dense), 3.35 TB/s HBM3, 132 SMs
     "h100": Profile("h100", 67e12, 989e12, 3350e9, 0.8, 0, 0, 5e-6, 1e-6, 132, 128, 0.75, 2, 0.5),
+    # NVIDIA H200 SXM (datasheet): the H100's compute (67 TFLOP/s fp32, 989 TFLOP/s fp16 tensor, dense, 132 SMs)
+    # with 4.8 TB/s HBM3e
+    "h200": Profile("h200", 67e12, 989e12, 4800e9, 0.8, 0, 0, 5e-6, 1e-6, 132, 128, 0.75, 2, 0.5),
 }
+#: the GPUs among ``PROFILES`` (their ``analytic:<gpu>`` is fitted to a measured ``cuda:<gpu>`` table where one
+#: exists: ``cuda_table.analytic``)
+GPU_PROFILES = ("t4", "v100", "a100", "h100", "h200")
 
 
 def cpu_profile(cores: int = 2) -> Profile:
