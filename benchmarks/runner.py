@@ -54,9 +54,26 @@ IDENTITY_PIPELINE = "builtin.module(taso-dce)"
 QUICK_COST_MODEL = "analytic"
 QUICK_COST_MODEL_NOTE = ("quick mode's default target: analytic, the T4 roofline, an estimate that times "
                          "nothing; --cost-model cpu measures")
-#: The cost oracles of DESIGN.md (``--cost-model``).
-COST_MODELS = ("analytic", "analytic:cpu", "analytic:t4", "analytic:v100", "analytic:a100", "analytic:h100",
-               "cpu", "cuda")
+class _CostModels(tuple):
+    """The ``--cost-model`` choices: the names listed, and ``cuda:<gpu>`` / ``analytic:<gpu>:datasheet`` for
+    any GPU name (whether a table exists for it is checked once the command line is read:
+    ``check_cost_model``)."""
+
+    def __contains__(self, spec) -> bool:
+        if tuple.__contains__(self, spec):
+            return True
+        if not isinstance(spec, str):
+            return False
+        head, _, rest = spec.partition(":")
+        return (head == "cuda" and bool(rest) and ":" not in rest) or (
+            head == "analytic" and rest.endswith(":datasheet") and rest.count(":") == 1)
+
+
+#: The cost oracles of DESIGN.md (``--cost-model``): the analytic rooflines (a GPU's fitted to its measured
+#: table where one exists; ``:datasheet`` the hand-set profile), the CPU measured, a GPU's measured table.
+COST_MODELS = _CostModels(("analytic", "analytic:cpu", "analytic:t4", "analytic:v100", "analytic:a100",
+                           "analytic:h100", "analytic:h200", "analytic:<gpu>:datasheet", "cpu", "cuda",
+                           "cuda:<gpu>"))
 COST_UNAVAILABLE = "unavailable: the optimizer is not taso-search, so no cost model ran"
 COST_REPORTED = "per model, as computed by taso-search (graph cost before and after the search)"
 #: The latency variants measured in the same interleaved rounds: (key, model, onnxruntime level).
@@ -69,12 +86,33 @@ DEFAULT_OUT = "taso-bench-out"
 # configuration
 
 
+def check_cost_model(spec: str) -> dict:
+    """Make the cost model ``spec`` once, so that one that cannot be had (``cuda:<gpu>`` without a measured
+    table, a malformed table) is a one-line error before any model runs; what it is, for the report:
+    ``spec``, ``costs`` (what its numbers are: measured where, or estimated by which model) and, for a
+    measured table or a roofline fitted to one, ``table`` (``CudaTable.source``: GPU, driver, date, file)."""
+    from taso_mlir.passes.cost.oracle import describe, get_cost_model, unwrap
+
+    cm = get_cost_model(spec)
+    try:
+        info = {"spec": spec, "name": cm.name, "costs": describe(cm)}
+        src = getattr(unwrap(cm), "source", None)
+        if src is not None:
+            info["table"] = src()
+        return info
+    finally:
+        cm.close()
+
+
 def resolve_optimizer(optimizer: str, pipeline: Optional[str], cost_model: Optional[str]) -> tuple[str, str]:
-    """(name, pass pipeline) of the optimizer; the pipeline is checked by parsing it."""
+    """(name, pass pipeline) of the optimizer; the pipeline is checked by parsing it, and the cost model by
+    making it (``check_cost_model``)."""
     from taso_mlir.dialect.errors import TasoError
     from taso_mlir.dialect.context import make_context
     from taso_mlir.passes.registry import REGISTRY, build_pass_manager
 
+    if cost_model:
+        check_cost_model(cost_model)
     if pipeline is not None:
         name, text = "pipeline", pipeline
     elif optimizer == "identity":
@@ -104,8 +142,10 @@ def quick_cost_model(quick: bool, optimizer: str, pipeline: Optional[str], cost_
     return None if os.environ.get(TARGET_ENV, "").strip() else QUICK_COST_MODEL
 
 
-def _search_cost(cfg: dict) -> dict:
-    """The graph costs taso-search computed in this process's last run (None without it)."""
+def _search_cost(cfg: dict, made: list = ()) -> dict:
+    """The graph costs taso-search computed in this process's last run (None without it); ``made``: the cost
+    models made during the run (a measured table among them adds its source and its counts of signatures
+    measured and estimated)."""
     from taso_mlir.passes.search import taso_search
 
     rep = taso_search.LAST_REPORT
@@ -113,7 +153,13 @@ def _search_cost(cfg: dict) -> dict:
         return {"model": cfg["cost_model"], "before": None, "after": None, "status": COST_UNAVAILABLE}
     before, after = rep["cost_before_ms"], rep["cost_after_ms"]
     fr = rep["functions"]
-    return {"model": rep["cost_model"], "before": before, "after": after, "status": "ok",
+    out = {"model": rep["cost_model"], "costs": rep.get("costs"), "estimated_costs": rep.get("estimated_costs", 0)}
+    tables = _tables(made)
+    if tables:
+        # distinct signatures over the run's cost models (taso-search makes one per run)
+        out["table"] = tables[0].source()
+        out["signatures"] = {k: sum(t.counts()[k] for t in tables) for k in ("measured", "estimated")}
+    return out | {"before": before, "after": after, "status": "ok",
             "reduction": (before - after) / before if before else 0.0,
             "search_s": sum(f["search_s"] for f in fr), "applied": rep["applied"],
             "rewrites_applied": sum(f["rewrites_applied"] for f in fr),
@@ -121,6 +167,58 @@ def _search_cost(cfg: dict) -> dict:
             "timed_out": any(f["timed_out"] for f in fr),
             # cost-model=cpu: what the pass's own latency check timed and kept, per function
             "latency_check": [f["latency_check"] for f in fr if "latency_check" in f]}
+
+
+def _tables(made: list) -> list:
+    """The measured GPU tables (``cuda_table.CudaTable``) among the cost models ``made``."""
+    from taso_mlir.passes.cost.cuda_table import CudaTable
+    from taso_mlir.passes.cost.oracle import unwrap
+
+    return [unwrap(cm) for cm in made if isinstance(unwrap(cm), CudaTable)]
+
+
+def graph_cost(module, cost_model) -> float:
+    """The module's cost under ``cost_model``: the sum over its functions as written (taso-search's
+    ``cost_before_ms`` / ``cost_after_ms`` measure)."""
+    from taso_mlir.dialect.mlir import ir
+    from taso_mlir.dialect.ops import function_bodies
+    from taso_mlir.passes.search import tgraph as T
+
+    with module.context, ir.Location.unknown(module.context):
+        b = T.Builder(cost_model, split_trees=False)
+        return sum(T.from_function(f, b)[0].cost for f in function_bodies(module.operation))
+
+
+def _beside_analytic(model, name: str, table, optimized_module) -> dict:
+    """With a measured table (``cuda:<gpu>``): the same model searched with the GPU's hand-set analytic roofline
+    (``analytic:<gpu>:datasheet``, the figures printed before any table existed), and each search's result
+    priced by the other cost model: how far the choices differ, not only the numbers."""
+    from taso_mlir.dialect.context import make_context
+    from taso_mlir.dialect.onnx_import import import_onnx
+    from taso_mlir.passes.cost import cuda_table as CT
+    from taso_mlir.passes.cost.oracle import get_cost_model
+    from taso_mlir.passes.registry import build_pass_manager, run_pass_manager
+    from taso_mlir.passes.search import taso_search
+
+    spec = f"analytic:{table.base.name}:datasheet"
+    ctx = make_context()
+    module = import_onnx(model, ctx, where=name)
+    taso_search.LAST_REPORT = None
+    t = time.perf_counter()
+    run_pass_manager(build_pass_manager(f"builtin.module(taso-search{{cost-model={spec}}},taso-dce)", ctx),
+                     module.operation)
+    wall = time.perf_counter() - t
+    rep = taso_search.LAST_REPORT
+    fresh = CT.CudaTable.load(table.path, table.gpu)  # (its own counts: the main search's stay as they were)
+    under_table = graph_cost(module, fresh)
+    before, after = rep["cost_before_ms"], rep["cost_after_ms"]
+    return {"model": spec, "costs": rep.get("costs"), "before": before, "after": after,
+            "reduction": (before - after) / before if before else 0.0, "search_s": round(wall, 3),
+            "rewrites_applied": sum(f["rewrites_applied"] for f in rep["functions"]),
+            # the analytic search's result priced by the table (its signatures counted apart), and the table
+            # search's result priced by the analytic roofline
+            "its_result_under_table_ms": under_table, "its_result_signatures": fresh.counts(),
+            "table_result_under_it_ms": graph_cost(optimized_module, get_cost_model(spec))}
 
 
 def check_peers() -> None:
@@ -179,6 +277,9 @@ def run(models: list, cfg: dict, opt_name: str, argv: list, baseline: Optional[d
         "wall_time_s": round(wall, 1),
         "models": results,
     }
+    if cfg["cost_model"]:  # what the requested model's numbers are (a measured table: which one)
+        report["cost_model"].update({k: v for k, v in check_cost_model(cfg["cost_model"]).items()
+                                     if k in ("costs", "table")})
     from taso_mlir.benchmarks.published import README_SOURCE, SOURCE
 
     report["published_sources"] = [SOURCE, README_SOURCE]
@@ -327,17 +428,29 @@ def run_model(name: str, cfg: dict, res: dict, progress) -> None:
     pm = build_pass_manager(cfg["pipeline"], ctx)
     from taso_mlir.passes.search import taso_search
 
+    from taso_mlir.passes.cost.oracle import wrapping_cost_models
+
     taso_search.LAST_REPORT = None
+    made: list = []  # the cost models the pipeline makes (a measured table's counts are read from it)
     t = time.perf_counter()
-    run_pass_manager(pm, module.operation)
+    with wrapping_cost_models(lambda cm: made.append(cm) or cm):
+        run_pass_manager(pm, module.operation)
     times["optimize"] = time.perf_counter() - t
     verify_module(module.operation)
     after = census(module)
-    res["cost"] = _search_cost(cfg)
+    res["cost"] = _search_cost(cfg, made)
     t = time.perf_counter()
     optimized = export_onnx(module)
     times["export"] = time.perf_counter() - t
     res["memory"] = mem.done()
+    tables = _tables(made)
+    if tables and res["cost"]["status"] == "ok":
+        res["cost"]["beside"] = _beside_analytic(model, name, tables[0], module)
+        b = res["cost"]["beside"]
+        progress(f"cost under {res['cost']['model']}: {res['cost']['before']:.4g} -> {res['cost']['after']:.4g} ms "
+                 f"({res['cost']['signatures']['measured']} signatures measured, "
+                 f"{res['cost']['signatures']['estimated']} estimated); beside it {b['model']}: "
+                 f"{b['before']:.4g} -> {b['after']:.4g} ms ({100 * b['reduction']:.1f}%)")
     del module, pm, ctx
     gc.collect()
     res["ops"] = {"before": before, "after": after, "exported_nodes": len(optimized.graph.node)}
@@ -769,7 +882,39 @@ def format_table(report: dict) -> str:
                  f"TASO/TENSAT pub = published cost-model speedups (T4), not measured here. "
                  f"{UNRESOLVED_TEXT}{' ' + _quick_noise(report) if report['quick'] else ''} "
                  f"Wall time {report['wall_time_s']:.0f} s.")
+    lines += _table_lines(report)
     return "\n".join(lines) + "\n"
+
+
+def _tabled(report: dict) -> list[dict]:
+    """The models whose search priced with a measured table (``cuda:<gpu>``)."""
+    return [r for r in _ok(report) if (r.get("cost") or {}).get("table")]
+
+
+def table_text(t: dict) -> str:
+    libs = ", ".join(f"{k} {v}" for k, v in (t.get("libraries") or {}).items())
+    return (f"{t['name']} = {t['table']}: measured on {t['gpu']}, driver {t.get('driver') or 'unknown'}"
+            f"{', ' + libs if libs else ''}, on {t['date']}; {t['entries']} signatures in it"
+            + ("; A REHEARSAL TABLE (calibrate.py --dry-run: numpy on the CPU), NOT GPU TIMINGS"
+               if t.get("rehearsal") else ""))
+
+
+def _table_lines(report: dict) -> list[str]:
+    """stdout: with a measured table, which one, and per model the search's cost under it (signatures
+    measured / estimated by the fitted roofline) beside the hand-set analytic roofline's search and TENSAT's."""
+    tabled = _tabled(report)
+    if not tabled:
+        return []
+    out = [f"cost model {table_text(tabled[0]['cost']['table'])}"]
+    for r in tabled:
+        c, pub = r["cost"], r.get("published") or {}
+        b = c.get("beside") or {}
+        out.append(f"  {r['name']}: {c['before']:.4g} -> {c['after']:.4g} ms ({100 * c['reduction']:.1f}% less; "
+                   f"{c['signatures']['measured']} signatures measured, {c['signatures']['estimated']} estimated)"
+                   + (f"; {b['model']} search {100 * b['reduction']:.1f}%" if b else "")
+                   + (f"; TENSAT published speedup {_pct(pub.get('tensat_speedup'))}" if pub.get("tensat_speedup")
+                      else ""))
+    return out
 
 
 def format_markdown(report: dict) -> str:
@@ -815,9 +960,11 @@ def format_markdown(report: dict) -> str:
     costed = [r for r in ok if (r.get("cost") or {}).get("status") == "ok"]
     if costed:
         out += ["", f"## Cost model ({costed[0]['cost']['model']}): the search's own measure", "",
-                "| model | cost before ms | cost after ms | reduction | TENSAT published reduction | search s | "
+                "| model | cost before ms | cost after ms | reduction | TENSAT published speedup (T4 cost model) | search s | "
                 "rewrites applied | graphs explored | rules applied |",
                 "|---|---|---|---|---|---|---|---|---|"]
+        if costed[0]["cost"].get("costs"):
+            out += [f"Costs {costed[0]['cost']['costs']}.", ""]
         for r in costed:
             c, pub = r["cost"], r.get("published") or {}
             rules = ", ".join(f"{k} x{v}" for k, v in list(c["applied"].items())[:6]) or "none"
@@ -825,6 +972,7 @@ def format_markdown(report: dict) -> str:
                        f"{_pct(pub.get('tensat_speedup'))} | {c['search_s']:.2f}"
                        f"{' (timed out)' if c['timed_out'] else ''} | {c['rewrites_applied']} | "
                        f"{c['graphs_explored']} | {rules} |")
+        out += _markdown_table_section(report)
         checked = [(r["name"], lc) for r in costed for lc in r["cost"].get("latency_check") or ()]
         if checked:
             out += ["", "taso-search's latency check (the result timed against the input inside the pass; "
@@ -929,6 +1077,43 @@ def format_markdown(report: dict) -> str:
             "- Cost under a cost model: " + cm["status"] + ".",
             ""]
     return "\n".join(out)
+
+
+def _markdown_table_section(report: dict) -> list[str]:
+    """report.md, with a measured table: which table, how many signatures each search found in it, and the
+    search under the table beside the search under the GPU's hand-set analytic roofline (each result priced by
+    both) and TENSAT's published figure."""
+    tabled = _tabled(report)
+    if not tabled:
+        return []
+    t = tabled[0]["cost"]["table"]
+    bes = next((r["cost"]["beside"]["model"] for r in tabled if r["cost"].get("beside")), "the analytic roofline")
+    out = ["", f"### Measured costs ({t['name']}) beside the analytic roofline and TENSAT", "",
+           f"- table: {table_text(t)}" + (f" ({t['failed']} failed and {t['unsupported']} without a kernel in "
+                                          "the calibration: estimated)" if t["failed"] or t["unsupported"] else ""),
+           f"- *measured / estimated*: the distinct op signatures the search priced that the table has (their "
+           f"measured medians) and that it lacks (estimated by the {t['fitted_profile']} roofline fitted to the "
+           "table per op class)",
+           f"- *{bes}*: the same model searched with the GPU's hand-set analytic roofline, the figure printed "
+           "before a table existed; each search's result is also priced by the other model, so a different "
+           "choice shows apart from different numbers", "",
+           f"| model | {t['name']}: before -> after ms | reduction | signatures measured / estimated | {bes}: "
+           f"before -> after ms | reduction | its result under {t['name']} ms | this result under {bes} ms | "
+           "TENSAT published speedup (T4 cost model) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in tabled:
+        c, pub, b = r["cost"], r.get("published") or {}, r["cost"].get("beside")
+        sg = c["signatures"]
+        row = (f"| {r['name']} | {c['before']:.4g} -> {c['after']:.4g} | {100 * c['reduction']:.1f}% | "
+               f"{sg['measured']} / {sg['estimated']} | ")
+        if b:
+            bs = b["its_result_signatures"]
+            row += (f"{b['before']:.4g} -> {b['after']:.4g} | {100 * b['reduction']:.1f}% | "
+                    f"{b['its_result_under_table_ms']:.4g} ({bs['measured']} / {bs['estimated']}) | "
+                    f"{b['table_result_under_it_ms']:.4g} | ")
+        else:
+            row += "- | - | - | - | "
+        out.append(row + f"{_pct(pub.get('tensat_speedup'))} |")
+    return out
 
 
 def _write_outputs(out: str, report: dict) -> None:

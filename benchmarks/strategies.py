@@ -29,10 +29,16 @@ from typing import Optional
 
 _CHILD = """
 import sys
+from taso_mlir.passes.cost.oracle import unwrap, wrapping_cost_models
 from taso_mlir.tools.taso_opt import main
-rc = main(sys.argv[1:], contain=False)
+made = []
+with wrapping_cost_models(lambda cm: made.append(cm) or cm):
+    rc = main(sys.argv[1:], contain=False)
 kb = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
 sys.stderr.write("\\ntaso-strategies-peak-rss-kb %d\\n" % kb)
+tables = [unwrap(cm) for cm in made if hasattr(unwrap(cm), "counts")]
+if tables:
+    sys.stderr.write("taso-strategies-signatures %d %d\\n" % (sum(t.hits for t in tables), sum(t.estimated for t in tables)))
 sys.exit(rc)
 """
 
@@ -57,8 +63,12 @@ def run_one(src: str, strategy: str, target: str, work: str, extra: str = "") ->
         r = json.load(f)
     fr = r["functions"][0]
     os.unlink(out)
-    return {"before": fr["cost_before_ms"], "after": fr["cost_after_ms"], "search_s": fr["search_s"], "wall_s": wall,
-            "peak_mb": kb / 1024, "eqsat": fr.get("eqsat")}
+    res = {"before": fr["cost_before_ms"], "after": fr["cost_after_ms"], "search_s": fr["search_s"], "wall_s": wall,
+           "peak_mb": kb / 1024, "eqsat": fr.get("eqsat")}
+    if "taso-strategies-signatures" in p.stderr:  # a measured table: the signatures found in it and estimated
+        hits, est = p.stderr.rsplit("taso-strategies-signatures", 1)[1].split()[:2]
+        res["signatures"] = {"measured": int(hits), "estimated": int(est)}
+    return res
 
 
 def format_row(name: str, b: dict, e: dict) -> str:
@@ -84,7 +94,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     a = ap.parse_args(argv)
     import onnx
 
+    from taso_mlir.benchmarks.runner import check_cost_model, table_text
     from taso_mlir.benchmarks.suite import suite
+
+    # the target made once here: one that cannot be had (cuda:<gpu> without a measured table) is a one-line
+    # error before any model runs (TasoError: taso-bench prints it; run as a module, _cli does)
+    target = check_cost_model(a.target)
 
     models = suite(a.quick)
     if a.models:
@@ -93,7 +108,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         if unknown:
             ap.error(f"unknown model(s) {', '.join(unknown)} (models: {', '.join(m.name for m in models)})")
         models = [m for m in models if m.name in want]
-    print(f"target {a.target}; eqsat options: {a.eqsat or 'defaults'}\n\n{HEADER}", flush=True)
+    where = f"\ncosts {target['costs']}" + (f"\ntable {table_text(target['table'])}" if "table" in target else "")
+    print(f"target {a.target}; eqsat options: {a.eqsat or 'defaults'}{where}\n\n{HEADER}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as work:
         for m in models:
@@ -104,11 +120,28 @@ def main(argv: Optional[list[str]] = None) -> int:
             rows.append({"model": m.name, "backtracking": b, "eqsat": e})
             print(format_row(m.name, b, e), flush=True)
             os.unlink(src)
+    counted = [r for r in rows if "signatures" in r["backtracking"] or "signatures" in r["eqsat"]]
+    if counted:
+        def sg(x):
+            return f"{x['signatures']['measured']} / {x['signatures']['estimated']}" if "signatures" in x else "-"
+
+        print("\nop signatures measured (in the table) / estimated (the fitted roofline), backtracking; eqsat: "
+              + "; ".join(f"{r['model']} {sg(r['backtracking'])}; {sg(r['eqsat'])}" for r in counted), flush=True)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump([r | {"table": target["table"]} for r in rows] if "table" in target else rows, f, indent=1)
     return 0 if all("error" not in r["backtracking"] and "error" not in r["eqsat"] for r in rows) else 1
 
 
+def _cli() -> int:
+    from taso_mlir.dialect.errors import TasoError
+
+    try:
+        return main()
+    except TasoError as e:
+        print(f"taso-strategies: error: {e}", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_cli())
