@@ -12,6 +12,7 @@
 # $NAME is the GPU's short name (h100, h200; NAME=... to set it). Copy $OUT/$NAME.json to
 # passes/cost/tables/$NAME.json to ship it (see docs/benchmarks.md).
 set -u
+. "$(dirname "$0")/common.sh"
 DRY=""
 if [ "${1:-}" = "--dry-run" ]; then DRY="--dry-run"; fi
 PY=${PYTHON:-python3}
@@ -20,9 +21,7 @@ OUT=${OUT:-benchmarks/gpu/out}
 if [ -n "$DRY" ]; then
   NAME=${NAME:-dry}
 elif [ -z "${NAME:-}" ]; then
-  NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -o -i -E '[a-z]+[0-9]+' \
-         | grep -i -E '^(h|a|b|l|v|t|gh)[0-9]+$' | head -1 | tr 'A-Z' 'a-z')
-  NAME=${NAME:-gpu}
+  NAME=$(gpu_name)
 fi
 SMOKE_S=${SMOKE_S:-45}
 BUDGET_S=${BUDGET_S:-270}
@@ -30,31 +29,7 @@ SIGS=${SIGS:-benchmarks/gpu/signatures.jsonl}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 
-{
-  echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) GPU calibration '$NAME' ${DRY:-(on the GPU)}: smoke ${SMOKE_S} s, budget ${BUDGET_S} s"
-  echo "== git: $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
-  if command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,power.limit,pstate --format=csv
-  else
-    echo "no nvidia-smi"
-  fi
-  "$PY" - <<'EOF'
-import importlib, platform, sys
-print("python", sys.version.split()[0], platform.platform())
-for m in ("numpy", "torch", "cupy", "cuda.core", "cuda.bindings"):
-    try:
-        mod = importlib.import_module(m)
-        print(m, getattr(mod, "__version__", "?"))
-    except Exception as e:
-        print(m, "unavailable:", type(e).__name__, e)
-try:
-    import torch
-    if torch.cuda.is_available():
-        print("torch cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name(0))
-except Exception as e:
-    print("torch cuda: unavailable:", e)
-EOF
-} 2>&1 | tee "$OUT/env.log"
+env_log "GPU calibration '$NAME' ${DRY:-(on the GPU)}: smoke ${SMOKE_S} s, budget ${BUDGET_S} s" 2>&1 | tee "$OUT/env.log"
 
 timeout -k 5 $((SMOKE_S + 30)) "$PY" benchmarks/gpu/calibrate.py $DRY --sigs "$SIGS" --smoke 30 \
   --budget-s "$SMOKE_S" --out "$OUT/smoke-$NAME.json" 2>&1 | tee "$OUT/smoke.log"

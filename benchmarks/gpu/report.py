@@ -1,0 +1,144 @@
+"""The GPU speedup report on the CPU (issue 25): ``speedup.py``'s results JSON (copied from the GPU run's
+output folder) -> ``benchmarks/RESULTS-gpu.md`` with a chart (matplotlib, which the GPU machine may lack) and
+the issue's targets (TENSAT's published cost reductions, as speedups) beside the measured ratios.
+
+    python benchmarks/gpu/report.py benchmarks/results/gpu/speedup.json            # -> benchmarks/RESULTS-gpu.md
+    python benchmarks/gpu/report.py out/speedup.json --md out/R.md --chart out/speedup-gpu.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import speedup as SP  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def targets() -> dict:
+    """title -> TENSAT's published cost reduction as a speedup (1 / (1 - reduction)), the issue's targets."""
+    try:
+        sys.path.insert(0, os.path.dirname(HERE))
+        from published import TENSAT_TABLE
+    except ImportError:
+        return {}
+    return {t: 1.0 / (1.0 - row[2] / 100.0) for t, row in TENSAT_TABLE.items()}
+
+
+def series(res: dict) -> list:
+    """The chart's bars: (label, per-model (value, q1, q3, resolved) or None)."""
+    exs = list(res["method"]["executors"])
+    variants = sorted({v for m in res["models"] for v in (m.get("variants") or {}) if v != "original"})
+    out = []
+    for v in variants:
+        for ex in exs:
+            vals = []
+            for m in res["models"]:
+                s = ((m.get("speedup") or {}).get(ex) or {}).get(v)
+                vals.append((s["median"], s["q1"], s["q3"], s["resolved"]) if s and s.get("rounds") else None)
+            out.append((f"{ex} executor, {v}", vals))
+    return out
+
+
+def chart(res: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = [m["name"] for m in res["models"]]
+    ser = series(res)
+    tg = targets()
+    tvals = [tg.get(m.get("title") or "") for m in res["models"]]
+    nbars = len(ser) + 1
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(names) + 4.5), 4.5))
+    x = np.arange(len(names))
+    w = 0.8 / nbars
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (label, vals) in enumerate(ser):
+        xs = x + (i - (nbars - 1) / 2) * w
+        for xi, v in zip(xs, vals):
+            if v is None:
+                continue
+            med, q1, q3, ok = v
+            ax.bar(xi, med if ok else 1.0, w, color=colors[i % len(colors)] if ok else "#e0e0e0",
+                   hatch=None if ok else "..", edgecolor=colors[i % len(colors)], linewidth=0.6)
+            ax.errorbar(xi, med if ok else 1.0, yerr=[[max(0.0, (med if ok else 1.0) - q1)],
+                                                      [max(0.0, q3 - (med if ok else 1.0))]],
+                        color="black" if ok else "grey", linewidth=0.8, capsize=2)
+        ax.bar([], [], color=colors[i % len(colors)], label=label)
+    xs = x + (nbars - 1 - (nbars - 1) / 2) * w
+    ax.bar(xs, [t if t else np.nan for t in tvals], w, color="white", edgecolor="black", hatch="//",
+           linewidth=0.6, label="target: TENSAT's published T4 cost reduction as a speedup")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(x, names, rotation=30, ha="right")
+    ax.set_ylabel("speedup (original / optimized latency)")
+    dev = (res.get("device") or {}).get("gpu", "?")
+    ax.set_title(f"Measured speedups on {dev}" + (" (DRY RUN)" if res["method"]["backend"] == "dry" else ""),
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def target_table(res: dict) -> str:
+    tg = targets()
+    exs = list(res["method"]["executors"])
+    lines = ["## Against the issue's targets", "",
+             "Targets: TENSAT's published cost reductions (T4 cost model) as speedups, 1 / (1 - reduction); "
+             "met where the lower quartile of the measured ratio is at or above the target.", "",
+             "| model | target | " + " | ".join(f"{ex}: best measured" for ex in exs) + " |",
+             "|---|---|" + "---|" * len(exs)]
+    for m in res["models"]:
+        t = tg.get(m.get("title") or "")
+        cells = []
+        for ex in exs:
+            sp = [s for s in ((m.get("speedup") or {}).get(ex) or {}).values() if s.get("rounds")]
+            if not sp:
+                cells.append("-")
+                continue
+            b = max(sp, key=lambda s: s["median"])
+            met = "" if t is None else (" (met)" if b["q1"] >= t else " (not met)")
+            cells.append(f"{b['median']:.3f}x ({b['q1']:.3f}-{b['q3']:.3f}){met}")
+        lines.append(f"| {m.get('title') or m['name']} | {f'{t:.2f}x' if t else '-'} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="the GPU speedup report: markdown and a chart from speedup.json")
+    ap.add_argument("results", help="speedup.py's results JSON")
+    ap.add_argument("--md", default=os.path.join(ROOT, "benchmarks", "RESULTS-gpu.md"))
+    ap.add_argument("--chart", default="", help="the chart (default: speedup-gpu.png beside the results JSON)")
+    a = ap.parse_args(argv)
+    try:
+        with open(a.results, encoding="utf-8") as f:
+            res = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"report: error: cannot read {a.results}: {e}", file=sys.stderr)
+        return 2
+    if res.get("format") != SP.RESULTS_FORMAT:
+        print(f"report: error: {a.results} is not a speedup results file", file=sys.stderr)
+        return 2
+    png = a.chart or os.path.join(os.path.dirname(os.path.abspath(a.results)), "speedup-gpu.png")
+    rel = ""
+    try:
+        chart(res, png)
+        rel = os.path.relpath(png, os.path.dirname(os.path.abspath(a.md)))
+    except ImportError as e:
+        print(f"report: note: no chart ({e})", file=sys.stderr)
+    text = SP.markdown(res, chart=rel) + "\n" + target_table(res)
+    with open(a.md, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(f"report: {a.md}" + (f", {png}" if rel else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Both prepared GPU runs in one command (one device call with timeout_s 480): the calibration of issue 24
+# (run_h100.sh, shortened) and then the speedups of issue 25 (run_speedup.sh), the latter reading the table
+# the former just measured for its fidelity column. Budgets (seconds, each step under `timeout`):
+#
+#   calibration: smoke CAL_SMOKE_S (30) + signatures CAL_BUDGET_S (150)
+#   speedups:    smoke SMOKE_S (20) + suite BUDGET_S (180)
+#   = 380 s of budgets, plus process starts and the environment logs (~40-60 s): under 480 s.
+#
+#   bash benchmarks/gpu/run_all.sh                    # on the GPU
+#   PYTHON=.venv/bin/python OUT=rehearsal bash benchmarks/gpu/run_all.sh --dry-run      # the rehearsal, CPU
+set -u
+. "$(dirname "$0")/common.sh"
+DRY=""
+if [ "${1:-}" = "--dry-run" ]; then DRY="--dry-run"; fi
+PY=${PYTHON:-python3}
+OUT=${OUT:-benchmarks/gpu/out}
+if [ -n "$DRY" ]; then NAME=${NAME:-dry}; else NAME=${NAME:-$(gpu_name)}; fi
+export PY PYTHON="$PY" OUT NAME
+start=$(date +%s)
+SMOKE_S=${CAL_SMOKE_S:-30} BUDGET_S=${CAL_BUDGET_S:-150} bash "$(dirname "$0")/run_h100.sh" $DRY
+cal_rc=$?
+SMOKE_S=${SMOKE_S:-20} BUDGET_S=${BUDGET_S:-180} TABLE="$OUT/$NAME.json" bash "$(dirname "$0")/run_speedup.sh" $DRY
+sp_rc=$?
+echo "== run_all: calibration exit $cal_rc, speedups exit $sp_rc, $(( $(date +%s) - start )) s in all; $OUT" \
+  | tee "$OUT/run_all.log"
+[ -s "$OUT/speedup.json" ] || [ -s "$OUT/$NAME.json" ]

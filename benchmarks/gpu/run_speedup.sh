@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The GPU speedup run of issue 25, one command from the repository root on the GPU machine (its preinstalled
+# python3 with torch, CuPy, cuda-python, onnx and onnxruntime; taso_mlir is not installed there and not needed:
+# the models and their predicted costs were prepared on the CPU, benchmarks/gpu/models/):
+#
+#   bash benchmarks/gpu/run_speedup.sh               # on the GPU: about 4 minutes, results in $OUT
+#   PYTHON=.venv/bin/python OUT=rehearsal bash benchmarks/gpu/run_speedup.sh --dry-run   # the rehearsal, CPU
+#
+# Steps: the environment into env-speedup.log; a smoke run of the quick set (tiny models: every executor
+# checked against onnxruntime, a few rounds) within SMOKE_S seconds; then the full suite within BUDGET_S
+# seconds into $OUT/speedup.json (checkpointed after every model and every 5 s, so a time-out still leaves
+# results) and $OUT/RESULTS-gpu.md. TABLE= names a calibration table of this GPU (run_all.sh passes the one
+# it just measured) for the fidelity's measured column. Each step runs under `timeout`; the next runs
+# whatever the last gave. Copy $OUT/speedup.json to benchmarks/results/gpu/ and run
+# `python benchmarks/gpu/report.py` on the CPU for the chart and benchmarks/RESULTS-gpu.md.
+set -u
+. "$(dirname "$0")/common.sh"
+DRY=""
+if [ "${1:-}" = "--dry-run" ]; then DRY="--dry-run"; fi
+PY=${PYTHON:-python3}
+OUT=${OUT:-benchmarks/gpu/out}
+SMOKE_S=${SMOKE_S:-20}
+BUDGET_S=${BUDGET_S:-200}
+SET=${SET:-full}
+TABLE=${TABLE:-}
+EXTRA=${EXTRA:-}
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+TABLE_ARG=()
+if [ -n "$TABLE" ]; then TABLE_ARG=(--table "$TABLE"); fi
+
+env_log "GPU speedups ${DRY:-(on the GPU)}: smoke ${SMOKE_S} s, budget ${BUDGET_S} s, set $SET" 2>&1 \
+  | tee "$OUT/env-speedup.log"
+
+timeout -k 5 $((SMOKE_S + 40)) "$PY" benchmarks/gpu/speedup.py $DRY --set quick --budget-s "$SMOKE_S" \
+  --min-rounds 3 --max-rounds 5 --out "$OUT/speedup-smoke.json" --markdown "$OUT/speedup-smoke.md" $EXTRA \
+  2>&1 | tee "$OUT/speedup-smoke.log"
+smoke_rc=${PIPESTATUS[0]}
+
+timeout -k 5 $((BUDGET_S + 60)) "$PY" benchmarks/gpu/speedup.py $DRY --set "$SET" --budget-s "$BUDGET_S" \
+  "${TABLE_ARG[@]}" --out "$OUT/speedup.json" --markdown "$OUT/RESULTS-gpu.md" $EXTRA 2>&1 | tee "$OUT/speedup.log"
+rc=${PIPESTATUS[0]}
+
+echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) smoke exit $smoke_rc, speedups exit $rc; results: $OUT/speedup.json" \
+  | tee -a "$OUT/speedup.log"
+# exit 0 where results were written (complete or not: the JSON says which); the logs say what failed
+[ -s "$OUT/speedup.json" ]

@@ -1,0 +1,367 @@
+"""The GPU speedup run (benchmarks/gpu: execute.py, torch_exec.py, speedup.py, run_speedup.sh; issue 25),
+rehearsed on the CPU: the prepared models are small and complete, every op in them is planned by the primary
+executor and read by the torch interpreter, the dry executor matches onnxruntime on suite models (original and
+optimized), the speedup loop checks before it times, stops at its budget with its results written, reports a
+mismatch as one, and the prepared command runs end to end in dry mode. The CUDA paths run only where a GPU is
+(skipped here with the reason)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU = ROOT / "benchmarks" / "gpu"
+MODELS = GPU / "models"
+sys.path.insert(0, str(GPU))
+
+import execute as E  # noqa: E402
+import speedup as SP  # noqa: E402
+import torch_exec as TE  # noqa: E402
+
+
+def manifest(s: str) -> dict:
+    return json.loads((MODELS / s / "manifest.json").read_text())
+
+
+def files(s: str) -> list:
+    return sorted((MODELS / s).glob("*.onnx"))
+
+
+def _gpu() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+NO_GPU = "no CUDA GPU here (torch with CUDA is needed): the CUDA executors are untested on this machine; " \
+         "benchmarks/gpu/run_speedup.sh runs them on the GPU machine"
+NO_TORCH = "torch is not installed here: the torch interpreter (torch_exec.py) cannot run; its op table is " \
+           "checked against the prepared models instead"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the prepared models
+
+
+@pytest.mark.parametrize("s", ["full", "quick"])
+def test_prepared_sets_are_complete_small_and_consistent(s):
+    man = manifest(s)
+    assert man["format"] == "taso-mlir gpu speedup manifest 1" and man["set"] == s
+    names = {m["name"] for m in man["models"]}
+    assert {"bert-b1", "bert-b16", "resnext50", "nasnet-a", "nasrnn", "inception3", "squeezenet", "vgg19",
+            "resnet50"} <= names
+    on_disk = {p.name for p in files(s)}
+    listed = set()
+    for m in man["models"]:
+        assert "error" not in m, m.get("error")
+        assert set(m["variants"]) >= {"original", "opt-analytic-t4", "opt-analytic-h100"}
+        for v, e in m["variants"].items():
+            assert e["file"] in m["files"]
+            if v != "original":  # checked on the CPU with the real weights
+                assert e["search"]["rel_err_vs_original"] <= 1e-4, (m["name"], v)
+        for f, fe in m["files"].items():
+            listed.add(f)
+            assert fe["predicted"]["total_ms"]["analytic:h100"] > 0 and fe["predicted"]["ops"]
+            assert fe["bytes"] == (MODELS / s / f).stat().st_size
+    assert listed == on_disk
+    # weights stripped: the whole set is small (the full suite's weights are 2 GB)
+    assert sum((MODELS / s / f).stat().st_size for f in on_disk) < 8e6
+
+
+def test_every_op_in_the_prepared_models_is_planned_and_read_by_both_executors():
+    """Every ONNX op type of every prepared file has a plan in execute.py and a torch op in torch_exec.py, and
+    every full-size file is planned without an error (shapes, constants, fusion)."""
+    import onnx
+
+    ops = set()
+    for s in ("full", "quick"):
+        for p in files(s):
+            ops |= {n.op_type for n in onnx.load(str(p), load_external_data=False).graph.node}
+    assert {"Conv", "MatMul", "Gemm", "Concat", "Split", "Softmax", "LayerNormalization", "GlobalAveragePool",
+            "Erf", "Gather", "BatchNormalization"} <= ops
+    assert ops <= set(E.PLANNED_OPS), ops - set(E.PLANNED_OPS)
+    assert ops <= set(TE.OPS), ops - set(TE.OPS)
+    assert set(TE.OPS) >= set(E.PLANNED_OPS)  # the second opinion reads whatever the primary plans
+    # every quick file (the full ones' structure at tiny widths; their weights would take 2 GB to draw here)
+    for p in files("quick"):
+        gp = E.plan_graph(E.load_model(str(p)))
+        assert gp.steps and set(gp.summary()["onnx_ops"]) <= set(E.PLANNED_OPS)
+
+
+def test_weights_are_drawn_from_the_recorded_statistics():
+    import onnx
+    from onnx import numpy_helper
+
+    p = MODELS / "full" / "squeezenet.original.onnx"
+    m = onnx.load(str(p))
+    stripped = [t for t in m.graph.initializer if t.doc_string.startswith(E.WEIGHTS_KEY)]
+    assert stripped and all(not t.raw_data and not t.float_data for t in stripped)
+    stats = {t.name: json.loads(t.doc_string.split(" ", 1)[1]) for t in stripped}
+    assert E.fill_weights(m, seed=0) == len(stripped)
+    for t in m.graph.initializer:
+        if t.name in stats:
+            a, st = numpy_helper.to_array(t), stats[t.name]
+            assert a.shape == tuple(t.dims) and a.dtype == np.float32
+            assert st["min"] - 1e-6 <= a.min() and a.max() <= st["max"] + 1e-6
+            assert abs(a.mean() - st["mean"]) <= 0.2 * st["std"] + 1e-6
+    # deterministic: the same seed gives the same weights
+    m2 = onnx.load(str(p))
+    E.fill_weights(m2, seed=0)
+    assert all(a.raw_data == b.raw_data for a, b in zip(m.graph.initializer, m2.graph.initializer))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the dry executor against onnxruntime
+
+
+@pytest.mark.parametrize("path", [
+    "quick/bert-b1.original.onnx", "quick/bert-b1.opt-analytic-t4.onnx", "quick/nasnet-a.original.onnx",
+    "quick/nasnet-a.opt-analytic-t4.onnx", "quick/inception3.opt-analytic-t4.onnx",
+    "quick/resnext50.opt-analytic-t4.onnx", "full/nasrnn.original.onnx", "full/nasrnn.opt-analytic-h100.onnx",
+    "full/squeezenet.original.onnx", "full/squeezenet.opt-analytic-t4.onnx",
+])
+def test_dry_executor_matches_onnxruntime(path):
+    m = E.load_model(str(MODELS / path))
+    gp = E.plan_graph(m)
+    feeds = E.random_feeds(m, seed=3)
+    ref = E.ort_outputs(m, feeds)
+    r = E.DryRunner(gp, feeds)
+    c = E.check(r, ref)
+    assert c["ok"] and c["rel_err"] < 1e-4 and c["outputs"] == len(ref), c
+    out = r.outputs()
+    assert all(np.isfinite(v).all() and np.abs(v).max() > 0 for v in out.values())
+
+
+def test_the_check_catches_a_wrong_kernel(monkeypatch):
+    """A kernel that computes the wrong thing (sigmoid for tanh) fails the check: the check can fail."""
+    import calibrate as C
+
+    m = E.load_model(str(MODELS / "quick" / "nasrnn.original.onnx"))
+    gp = E.plan_graph(m)
+    feeds = E.random_feeds(m)
+    ref = E.ort_outputs(m, feeds)
+    monkeypatch.setitem(C._NP_UNARY, "tanh", C._NP_UNARY["sigmoid"])
+    c = E.check(E.DryRunner(gp, feeds), ref)
+    assert not c["ok"] and c["rel_err"] > 1e-2
+
+
+def test_plan_folds_constants_and_fuses_relu():
+    gp = E.plan_graph(E.load_model(str(MODELS / "full" / "nasrnn.original.onnx")))
+    s = gp.summary()
+    assert s["folded_nodes"] > 0 and "Constant" not in s["onnx_ops"]
+    assert s["kernels_by_plan"]["select"] == 5  # x[t]: a view, no kernel
+    gp = E.plan_graph(E.load_model(str(MODELS / "full" / "squeezenet.opt-analytic-t4.onnx")))
+    assert gp.fused == gp.summary()["onnx_ops"]["Relu"] > 0  # every Relu rides on its Conv
+    assert all(st.plan.p["act"] == "relu" for st in gp.steps if st.plan.op == "conv2d")
+
+
+def test_unsupported_ops_are_one_line_errors(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Hardmax", ["x"], ["y"], name="hm")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(E.Unsupported, match=r"node 'hm' \(Hardmax\): no kernel for ONNX op Hardmax"):
+        E.plan_graph(m)
+    p = tmp_path / "hm.onnx"
+    onnx.save(m, str(p))
+    r = subprocess.run([sys.executable, str(GPU / "execute.py"), str(p), "--dry-run"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().startswith("execute: error: node 'hm' (Hardmax)")
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_execute_cli_dry_run():
+    r = subprocess.run([sys.executable, str(GPU / "execute.py"), str(MODELS / "quick" / "squeezenet.original.onnx"),
+                        "--dry-run", "--repeats", "3"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert " ok" in r.stdout and "not a GPU timing" in r.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the speedup loop, dry
+
+
+def run_speedup(*args, timeout=300):
+    return subprocess.run([sys.executable, str(GPU / "speedup.py"), "--dry-run", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_dry_speedup_run_checks_times_and_reports(tmp_path):
+    out = tmp_path / "s.json"
+    r = run_speedup("--set", "quick", "--models", "nasrnn,squeezenet,bert-b1", "--min-rounds", "3",
+                    "--max-rounds", "3", "--runs", "2", "--out", out, "--budget-s", "120")
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(out.read_text())
+    assert res["complete"] and res["method"]["backend"] == "dry" and "torch" in res["method"]["skipped_executors"]
+    assert [m["name"] for m in res["models"]] == ["squeezenet", "nasrnn", "bert-b1"] or len(res["models"]) == 3
+    for m in res["models"]:
+        assert m["status"] == "ok" and m["rounds"] == 3, m
+        for f, fe in m["files"].items():
+            assert fe["executors"]["taso"]["status"] == "ok" and fe["executors"]["taso"]["check"]["rel_err"] < 1e-4
+            assert len(m["timing"]["taso"][f]["rounds"]) == 3
+        sp = m["speedup"]["taso"]
+        assert set(sp) == {"opt-analytic-t4", "opt-analytic-h100"}
+        for s in sp.values():
+            assert s["rounds"] == 3 and s["q1"] <= s["median"] <= s["q3"]
+        for f, row in m["fidelity"].items():
+            assert row["measured_ms"] > 0 and row["predicted_ms"]["analytic:h100"] > 0
+    md = (tmp_path / "RESULTS-gpu.md").read_text()
+    assert "DRY RUN" in md and "| NasRNN |" in md and "Cost-model fidelity" in md
+
+
+def test_budget_stops_with_results_written(tmp_path):
+    out = tmp_path / "s.json"
+    r = run_speedup("--set", "quick", "--out", out, "--budget-s", "0.5", "--reserve-s", "0")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert not res["complete"] and "budget" in res["stopped"] and res["not_reached"]
+    assert len(res["models"]) + len(res["not_reached"]) == len(manifest("quick")["models"])
+
+
+def test_a_mismatch_is_reported_and_not_timed(tmp_path):
+    """A file whose executor output differs from onnxruntime's: 'mismatch', no timing, exit 1."""
+    code = f"""
+import sys; sys.path.insert(0, {str(GPU)!r})
+import calibrate as C, speedup as SP
+C._NP_UNARY["tanh"] = C._NP_UNARY["sigmoid"]
+sys.exit(SP.main(["--dry-run", "--set", "quick", "--models", "nasrnn", "--out", {str(tmp_path / 's.json')!r},
+                  "--min-rounds", "2", "--max-rounds", "2", "--runs", "1"]))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    res = json.loads((tmp_path / "s.json").read_text())
+    m = res["models"][0]
+    assert m["status"] == "mismatch" and not m.get("speedup", {}).get("taso")
+    assert all(fe["executors"]["taso"]["status"] == "mismatch" for fe in m["files"].values())
+    assert "mismatches: nasrnn" in r.stdout
+
+
+def test_watchdog_writes_and_exits_on_a_hang(tmp_path):
+    code = f"""
+import sys, time; sys.path.insert(0, {str(GPU)!r})
+import execute as E, speedup as SP
+orig = E.DryRunner.time
+def slow(self, *a):
+    time.sleep(60)
+E.DryRunner.time = slow
+SP.main(["--dry-run", "--set", "quick", "--models", "squeezenet", "--out", {str(tmp_path / 's.json')!r},
+         "--hang-s", "2"])
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stdout + r.stderr
+    res = json.loads((tmp_path / "s.json").read_text())
+    assert "watchdog" in res["stopped"] and not res["complete"]
+
+
+def test_fidelity_prices_the_files_with_a_calibration_table(tmp_path):
+    """--table: each file's ops priced by the table's entries where it has them, counted."""
+    man = manifest("quick")
+    m = next(x for x in man["models"] if x["name"] == "squeezenet")
+    ops = m["files"][m["variants"]["original"]["file"]]["predicted"]["ops"]
+    key = ops[0][0]
+    table = {"format": "taso-mlir cuda table 1", "name": "test", "device": {"gpu": "synthetic (test)"},
+             "entries": {key: {"ms": 1.0}}, "complete": False}
+    tp = tmp_path / "t.json"
+    tp.write_text(json.dumps(table))
+    t = SP.table_cost(SP.load_table(str(tp)), ops)
+    n = sum(o[2] for o in ops)
+    assert t["measured_ops"] == ops[0][2] and t["estimated_ops"] == n - ops[0][2]
+    want = ops[0][2] * 1.0 + sum(o[2] * o[3]["analytic:h100"] for o in ops[1:])
+    assert t["ms"] == pytest.approx(want)
+    out = tmp_path / "s.json"
+    r = run_speedup("--set", "quick", "--models", "squeezenet", "--table", tp, "--out", out, "--min-rounds", "1",
+                    "--max-rounds", "1", "--runs", "1")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert res["table"]["name"] == "test" and all("table" in row for row in res["models"][0]["fidelity"].values())
+
+
+def test_ratio_statistics():
+    s = SP.ratio_stats([2.0, 2.2, 1.8, 2.0], [1.0, 1.0, 1.0, 1.0])
+    assert s["median"] == pytest.approx(2.0) and s["resolved"] and s["rounds"] == 4
+    s = SP.ratio_stats([1.0, 1.1, 0.9, 1.0], [1.0, 1.0, 1.0, 1.0])
+    assert not s["resolved"] and s["q1"] <= 1.0 <= s["q3"]
+
+
+def test_scripts_import_only_what_the_gpu_machine_has():
+    std = set(sys.stdlib_module_names) | {"__future__"}
+    gpu_side = {"numpy", "onnx", "onnxruntime", "torch", "cupy", "cuda", "calibrate", "execute", "torch_exec"}
+    for name in ("execute.py", "speedup.py", "torch_exec.py"):
+        tree = ast.parse((GPU / name).read_text())
+        mods = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                ns = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                mods.update(n.split(".")[0] for n in ns)
+        assert mods <= std | gpu_side, (name, mods - std - gpu_side)
+
+
+def test_report_writes_markdown_and_chart(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "s.json"
+    assert run_speedup("--set", "quick", "--models", "squeezenet", "--out", out, "--min-rounds", "2",
+                       "--max-rounds", "2", "--runs", "1").returncode == 0
+    md = tmp_path / "R.md"
+    r = subprocess.run([sys.executable, str(GPU / "report.py"), str(out), "--md", str(md)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = md.read_text()
+    assert "![speedups](speedup-gpu.png)" in text and "Against the issue's targets" in text and "1.32x" in text
+    assert (tmp_path / "speedup-gpu.png").stat().st_size > 1000
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash and timeout")
+def test_prepared_command_rehearses_end_to_end(tmp_path):
+    """run_speedup.sh --dry-run with small budgets and the quick set as the main set: the environment log, the
+    smoke and main results and logs, the markdown, exit 0."""
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHON=sys.executable, OUT=str(out), SMOKE_S="15", BUDGET_S="15", SET="quick")
+    r = subprocess.run(["bash", str(GPU / "run_speedup.sh"), "--dry-run"], cwd=ROOT, capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["RESULTS-gpu.md", "env-speedup.log", "speedup-smoke.json",
+                                                     "speedup-smoke.log", "speedup-smoke.md", "speedup.json",
+                                                     "speedup.log"]
+    res = json.loads((out / "speedup.json").read_text())
+    assert res["models"] and res["elapsed_s"] < 15 + 5
+    assert all(m["status"] in ("ok", "partial") for m in res["models"])
+    assert "smoke exit 0, speedups exit 0" in (out / "speedup.log").read_text()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the CUDA paths
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason=NO_TORCH)
+def test_torch_interpreter_on_the_cpu_matches_onnxruntime():
+    for p in ("quick/nasrnn.original.onnx", "quick/squeezenet.opt-analytic-t4.onnx", "quick/bert-b1.original.onnx"):
+        m = E.load_model(str(MODELS / p))
+        feeds = E.random_feeds(m)
+        r = TE.TorchRunner(m, feeds, device="cpu")
+        c = E.check(r, E.ort_outputs(m, feeds))
+        assert c["ok"], (p, c)
+
+
+@pytest.mark.skipif(not _gpu(), reason=NO_GPU)
+def test_cuda_speedup_smoke_on_a_gpu(tmp_path):
+    out = tmp_path / "s.json"
+    r = subprocess.run([sys.executable, str(GPU / "speedup.py"), "--set", "quick", "--out", str(out),
+                        "--budget-s", "60"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(out.read_text())
+    assert res["method"]["backend"] == "cuda" and all(m["status"] == "ok" for m in res["models"])
