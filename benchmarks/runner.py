@@ -959,12 +959,12 @@ def format_markdown(report: dict) -> str:
             f"{lat['median_ms']['optimized']:.4g} | {_md_ratio(lat, 'optimized')} |")
     costed = [r for r in ok if (r.get("cost") or {}).get("status") == "ok"]
     if costed:
-        out += ["", f"## Cost model ({costed[0]['cost']['model']}): the search's own measure", "",
-                "| model | cost before ms | cost after ms | reduction | TENSAT published speedup (T4 cost model) | search s | "
-                "rewrites applied | graphs explored | rules applied |",
-                "|---|---|---|---|---|---|---|---|---|"]
+        out += ["", f"## Cost model ({costed[0]['cost']['model']}): the search's own measure", ""]
         if costed[0]["cost"].get("costs"):
             out += [f"Costs {costed[0]['cost']['costs']}.", ""]
+        out += ["| model | cost before ms | cost after ms | reduction | TENSAT published speedup (T4 cost model) | "
+                "search s | rewrites applied | graphs explored | rules applied |",
+                "|---|---|---|---|---|---|---|---|---|"]
         for r in costed:
             c, pub = r["cost"], r.get("published") or {}
             rules = ", ".join(f"{k} x{v}" for k, v in list(c["applied"].items())[:6]) or "none"

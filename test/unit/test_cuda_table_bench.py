@@ -129,6 +129,10 @@ def test_bench_with_a_rehearsal_table(capsys, tmp_path, dry):
     bs = b["its_result_signatures"]
     assert bs["measured"] + bs["estimated"] > 0
     md = (tmp_path / "o" / "report.md").read_text()
+    lines = md.splitlines()
+    # what the costs are, said above the cost table (not inside it)
+    at = lines.index(f"Costs {c['costs']}.")
+    assert lines[at + 2].startswith("| model | cost before ms |") and lines[at - 2].startswith("## Cost model (cuda:h100)")
     assert "### Measured costs (cuda:h100) beside the analytic roofline and TENSAT" in md
     assert "A REHEARSAL TABLE (calibrate.py --dry-run: numpy on the CPU), NOT GPU TIMINGS" in md
     row = next(ln for ln in md.splitlines() if ln.startswith("| nasrnn |") and f"{sg['measured']} / " in ln)
