@@ -125,11 +125,13 @@ def test_no_table_is_a_one_line_error_saying_it_is_not_measured(tables):
 
 
 def test_the_shipped_folder_has_no_table_until_one_is_measured(monkeypatch):
-    """No table is shipped before a GPU run; when one is, it must say where it was measured."""
+    """No table is shipped before a GPU run; when one is, it must say where it was measured, and not be a
+    rehearsal (calibrate.py --dry-run)."""
     monkeypatch.delenv(CT.TABLES_ENV, raising=False)
     for gpu in CT.shipped_tables():
         t = CT.CudaTable.load(CT.table_path(gpu), gpu)
         assert "SYNTHETIC" not in t.device["gpu"] and t.device.get("driver") and t.date
+        assert not t.rehearsal(), f"{gpu}.json is a dry-run table (numpy on the CPU), not a GPU measurement"
 
 
 @pytest.mark.parametrize("mutate, problem", [
