@@ -134,8 +134,9 @@ def search_options() -> tuple:
         PassOption("target", str, "",
             "what to optimize for: auto (the machine this runs on, measured: the CPU in onnxruntime), cpu, "
             "cpu:<threads>, cuda:<gpu> (per-op times measured on that GPU, from a shipped table, where one has "
-            "been measured), or an analytic profile analytic[:cpu|v100|t4|a100|h100] (an estimate; analytic = "
-            "analytic:t4); unnamed: the TASO_TARGET environment variable, else auto", (_target_name, _TARGETS)),
+            "been measured), or an analytic profile analytic[:cpu|v100|t4|a100|h100|h200] (an estimate; analytic = "
+            "analytic:t4; a GPU's profile is fitted to its measured table where one is shipped, "
+            "analytic:<gpu>:datasheet the hand-set one); unnamed: the TASO_TARGET environment variable, else auto", (_target_name, _TARGETS)),
         PassOption("cost-model", str, "", "the older name of target", (_target_name, _TARGETS)),
         PassOption("rules", str, "", "rules file(s), comma-separated, used instead of the shipped libraries "
             "(default: rules.jsonl, rules-n4.jsonl, rules-conv-bias.jsonl and rules-matmul-bias.jsonl)"),

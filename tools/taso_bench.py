@@ -67,9 +67,12 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="the optimizer as a pass pipeline on the imported module, "
                          "'builtin.module(...)' (taso and upstream passes); overrides --optimizer")
     ap.add_argument("--cost-model", choices=COST_MODELS,
-                    help="cost oracle for the search and for model costs (analytic: a roofline estimate "
-                         "for a device profile; cpu: measured in onnxruntime on this machine; default: the "
-                         "pass's, TASO_TARGET else this machine measured; --quick: analytic)")
+                    help="cost oracle for the search and for model costs (analytic[:<device>]: a roofline "
+                         "estimate for a device profile, fitted to the device's measured table where one is "
+                         "shipped, analytic:<device>:datasheet the hand-set one; cuda:<gpu>: per-op times "
+                         "measured on that GPU, read from its shipped table; cpu: measured in onnxruntime on "
+                         "this machine; default: the pass's, TASO_TARGET else this machine measured; --quick: "
+                         "analytic)")
     ap.add_argument("--rounds", type=int, default=None, metavar="N",
                     help="latency: at most N interleaved rounds per model (default 51; quick: 5)")
     ap.add_argument("--min-rounds", type=int, default=None, metavar="N",
