@@ -478,8 +478,13 @@ class DryRunner:
         return {n: np.asarray(self.S[self.gp.slots[n]]) for n in self.gp.outputs}
 
     def time(self, warmup: int, repeats: int, cap_s: float) -> list:
+        """Wall-clock ms of ``repeats`` runs after ``warmup`` ones; past ``cap_s`` seconds, no more warm-ups
+        and at most 3 runs (numpy runs a full-size model in seconds)."""
+        t_end = time.perf_counter() + cap_s
         for _ in range(warmup):
             self.run()
+            if time.perf_counter() > t_end:
+                break
         times = []
         t_end = time.perf_counter() + cap_s
         for i in range(repeats):

@@ -256,6 +256,9 @@ class Run:
         try:
             for f in files:
                 fe = entry["files"][f]
+                if time.monotonic() >= self.deadline:
+                    fe["error"] = "not reached (budget)"
+                    continue
                 self._doing(f"{f}: load, plan, onnxruntime")
                 t = time.monotonic()
                 model = E.load_model(os.path.join(a.models_dir, f), a.seed)
@@ -345,8 +348,16 @@ class Run:
             fid[f] = row
         st = [x.get("status") for fe in entry["files"].values() for x in (fe.get("executors") or {}).values()]
         errs = [fe.get("error") for fe in entry["files"].values() if fe.get("error")]
-        entry["status"] = ("ok" if st and all(s == "ok" for s in st) and not errs and entry.get("rounds") else
-                           "mismatch" if "mismatch" in st else "partial" if entry.get("rounds") else "failed")
+        if "mismatch" in st:
+            entry["status"] = "mismatch"
+        elif st and all(s == "ok" for s in st) and not errs and entry.get("rounds"):
+            entry["status"] = "ok"
+        elif entry.get("rounds"):
+            entry["status"] = "partial"
+        elif "ok" in st and time.monotonic() >= self.deadline:
+            entry["status"] = "checked, not timed (budget)"
+        else:
+            entry["status"] = "failed"
         entry["elapsed_s"] = round(time.monotonic() - entry.pop("_t0", time.monotonic()), 2)
 
     def _start_watchdog(self):

@@ -338,7 +338,7 @@ def test_prepared_command_rehearses_end_to_end(tmp_path):
                                                      "speedup-smoke.log", "speedup-smoke.md", "speedup.json",
                                                      "speedup.log"]
     res = json.loads((out / "speedup.json").read_text())
-    assert res["models"] and res["elapsed_s"] < 15 + 5
+    assert res["models"] and res["elapsed_s"] < 15 + 30  # (a file being loaded when the budget ends finishes)
     assert all(m["status"] in ("ok", "partial") for m in res["models"])
     assert "smoke exit 0, speedups exit 0" in (out / "speedup.log").read_text()
 
