@@ -15,7 +15,7 @@ Weights: every float initializer of 1,024 elements or more is stripped (its data
 Identical optimized graphs (the t4 and h100 searches often agree) are written once; the manifest says which
 variants share a file.
 
-    python -m taso_mlir.benchmarks.gpu.prepare                  # the full suite and the quick set (minutes)
+    python benchmarks/gpu/prepare.py                           # the full suite and the quick set (~3 minutes)
     python benchmarks/gpu/prepare.py --sets quick --models nasrnn,squeezenet
 """
 
