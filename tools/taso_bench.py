@@ -73,6 +73,11 @@ def _build_parser() -> argparse.ArgumentParser:
                          "measured on that GPU, read from its shipped table; cpu: measured in onnxruntime on "
                          "this machine; default: the pass's, TASO_TARGET else this machine measured; --quick: "
                          "analytic)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where latency is measured: cpu (onnxruntime on this machine, the default) or cuda "
+                         "(the original and optimized models on this machine's NVIDIA GPU with the project's "
+                         "cuDNN/cuBLAS/NVRTC executor and a PyTorch one, interleaved rounds; "
+                         "benchmarks/gpu/prepare.py, speedup.py and report.py, docs/gpu-speedups.md)")
     ap.add_argument("--rounds", type=int, default=None, metavar="N",
                     help="latency: at most N interleaved rounds per model (default 51; quick: 5)")
     ap.add_argument("--min-rounds", type=int, default=None, metavar="N",
@@ -174,6 +179,8 @@ def _main(argv: list[str]) -> int:
         for m in models:
             sys.stdout.write(f"{m.name:<12} {m.title:<13} {m.config}\n")
         return 0
+    if args.device == "cuda":
+        return _cuda(args, models)
     if args.strategies:
         from taso_mlir.benchmarks import strategies
 
@@ -189,6 +196,46 @@ def _main(argv: list[str]) -> int:
            "cost_model_default": QUICK_COST_MODEL_NOTE if cost_model != args.cost_model else None,
            "out": out, "keep_dir": os.path.join(os.path.abspath(out), "models") if args.keep_models else None}
     return run(models, cfg, opt_name, argv, baseline, args.baseline or "", args.in_process)
+
+
+def _cuda(args, models) -> int:
+    """``--device cuda``: the suite prepared here (optimized per target, predicted costs, a manifest), then
+    timed on this machine's GPU, then the report; each step a script of benchmarks/gpu/ in its own process
+    (the GPU side needs no MLIR bindings: the prepared run of docs/gpu-speedups.md runs it alone)."""
+    import subprocess
+
+    from taso_mlir import benchmarks
+    from taso_mlir.dialect.errors import TasoError
+
+    if args.strategies or args.pipeline or args.optimizer != DEFAULT_OPTIMIZER or args.baseline:
+        raise TasoError("--device cuda times taso-search's results per target: it takes --models, --quick, "
+                        "--cost-model (a cuda:<gpu> table adds its search) and --out, not --strategies, "
+                        "--pipeline, --optimizer or --baseline")
+    gpu = os.path.join(os.path.dirname(os.path.abspath(benchmarks.__file__)), "gpu")
+    out = os.path.abspath(_prepare_out(args.out))
+    which = "quick" if args.quick else "full"
+    prep = [sys.executable, os.path.join(gpu, "prepare.py"), "--out", os.path.join(out, "gpu-models"),
+            "--sets", which, "--models", ",".join(m.name for m in models)]
+    if args.cost_model and args.cost_model.startswith("cuda:"):
+        prep += ["--targets", f"analytic:t4,analytic:h100,{args.cost_model}"]
+    steps = [
+        ("prepare", prep),
+        ("speedup", [sys.executable, os.path.join(gpu, "speedup.py"), "--manifest",
+                     os.path.join(out, "gpu-models", which, "manifest.json"), "--out",
+                     os.path.join(out, "speedup.json"), "--markdown", os.path.join(out, "report-gpu.md")]),
+        ("report", [sys.executable, os.path.join(gpu, "report.py"), os.path.join(out, "speedup.json"),
+                    "--md", os.path.join(out, "report-gpu.md")]),
+    ]
+    for name, cmd in steps:
+        r = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0:
+            lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+            raise TasoError(f"--device cuda: {name} failed (exit {r.returncode}): "
+                            f"{lines[-1] if lines else 'no message'}")
+        if r.stderr:
+            sys.stderr.write(r.stderr)
+    sys.stdout.write(f"taso-bench: GPU speedups in {os.path.join(out, 'report-gpu.md')}\n")
+    return 0
 
 
 if __name__ == "__main__":

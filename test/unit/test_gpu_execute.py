@@ -365,3 +365,23 @@ def test_cuda_speedup_smoke_on_a_gpu(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads(out.read_text())
     assert res["method"]["backend"] == "cuda" and all(m["status"] == "ok" for m in res["models"])
+
+
+def _taso_bench(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "taso_mlir.tools.taso_bench", *args], capture_output=True,
+                          text=True, timeout=600, cwd=cwd)
+
+
+@pytest.mark.skipif(_gpu(), reason="a CUDA GPU is here: the GPU test above runs the whole path")
+def test_taso_bench_device_cuda_prepares_then_says_in_one_line_that_no_gpu_can_run(tmp_path):
+    """taso-bench --device cuda prepares the models here (optimized, checked, a manifest), then the GPU
+    step ends in one line and exit 1 where no executor can start."""
+    r = _taso_bench("--device", "cuda", "--quick", "--models", "squeezenet", "--out", "o", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("taso-bench: error: --device cuda: speedup failed (exit 2): ") and "no executor" in last
+    assert "Traceback" not in r.stderr
+    man = json.loads((tmp_path / "o" / "gpu-models" / "quick" / "manifest.json").read_text())
+    assert [m["name"] for m in man["models"]] == ["squeezenet"], man
+    r = _taso_bench("--device", "cuda", "--strategies", cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "--device cuda" in r.stderr, r.stderr
