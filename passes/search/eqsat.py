@@ -23,6 +23,7 @@ from x); extraction (``extract.py``) only ever returns acyclic graphs.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections import defaultdict
@@ -349,10 +350,12 @@ class Matcher:
                                for pr in refs if pr is not None)
 
     def matches(self, eg: EGraph, idx: Index, cap: int, near: Optional[dict] = None,
-                deadline: float = math.inf, first: Optional[dict] = None):
+                deadline: float = math.inf, first: Optional[dict] = None, second=None):
         """``near``: where given, the candidates of the (single) root op, by kind: the matches found are
         those rooted there (the others were found before). ``first``: the candidates of the first root
-        op, by kind, whatever the number of roots."""
+        op, by kind, whatever the number of roots. ``second``: (keep, key): the second root's candidates
+        are those ``keep`` takes, tried in the order of ``key`` (with ``cap`` 1: the first in that order
+        that matches)."""
         src = self.rw.src
         refs = self.refs
         need, agree = self.need, self.agree
@@ -428,6 +431,8 @@ class Matcher:
                         break
             if cands is None:
                 cands = (first if i == 0 else idx.by_kind).get(kind, ())
+            if i == 1 and second is not None:
+                cands = sorted(filter(second[0], cands), key=second[1])
             for op in cands:
                 bind_op(k, op, ops, b, lambda ops2, b2: root(i + 1, ops2, b2))
 
@@ -570,19 +575,20 @@ def _extend_chains(eg: EGraph, view: "EView", chains: list, st: Stats, limits: L
     k per sibling instead. Siblings are ops of classes below ``old`` (made before the round). Returns
     whether the e-graph changed."""
     changed = False
+    # the siblings are ops made before the round: the index of the e-graph as the chains begin has them
+    # (a merged op, made since, is the first root, given)
+    idx = Index(eg)
     while chains and eg.num_nodes() < limits.nodes and time.monotonic() < deadline:
-        idx = Index(eg)
         nxt = []
         for m, op, top in chains:
-            r0, r1 = m.roots
             opc = eg.canon(op + (0,))[:3]
-            found = m.matches(eg, idx, limits.matches_per_rewrite, deadline=deadline, first={op[0]: {opc: None}})
-            cands = [(_oid(eg, ops[r1]), i) for i, (ops, _b) in enumerate(found) if ops[r0] == opc]
-            cands = [ci for ci in cands if top < ci[0] < old]
-            if not cands:
+            oid = functools.partial(_oid, eg)
+            found = m.matches(eg, idx, 1, deadline=deadline, first={op[0]: {opc: None}},
+                              second=(lambda o: top < oid(o) < old, oid))
+            if not found:
                 continue
-            ic, i = min(cands)
-            ops, b = found[i]
+            ops, b = found[0]
+            ic = oid(ops[m.roots[1]])
             made: list = []
             if _apply(eg, view, m.rw, list(ops), b, st, made):
                 changed = True
