@@ -477,9 +477,11 @@ def _nvidia_smi(fields: str) -> dict:
 
 
 class _Nvrtc:
-    """NVRTC-compiled kernels of ``KERNELS``: through cuda.core, else CuPy. ``launch(name, n, *args)``."""
+    """NVRTC-compiled kernels of ``KERNELS``: through cuda.core, else CuPy. ``launch(name, n, *args)``.
+    ``selftest(nv)``, where given, runs each path's first launches: a path whose launches fail falls through
+    to the next (its reason in ``errors``), not only one that fails to compile."""
 
-    def __init__(self, stream_ptr: int, sm_count: int, prefer: str = "cuda.core", cc_stream=None):
+    def __init__(self, stream_ptr: int, sm_count: int, prefer: str = "cuda.core", cc_stream=None, selftest=None):
         self.sm = sm_count
         self._cc_stream = cc_stream
         self.errors = {}
@@ -487,6 +489,8 @@ class _Nvrtc:
         for via in ([prefer] + [v for v in ("cuda.core", "cupy") if v != prefer]):
             try:
                 getattr(self, "_init_" + via.replace(".", "_"))(stream_ptr)
+                if selftest is not None:
+                    selftest(self)
                 self.via = via
                 break
             except Exception as e:
@@ -506,20 +510,32 @@ class _Nvrtc:
         mod = prog.compile("cubin")
         stream = self._cc_stream if self._cc_stream is not None else Stream.from_handle(stream_ptr)
         kernels = {}
-        old_api = []  # cuda.core before 0.3: launch(kernel, config) with the stream in the config
+        # cuda.core 0.3 and later: launch(stream, config, kernel, *args); before: launch(kernel, config, *args)
+        # with the stream in the config. The old launch raises ValueError on a non-Kernel first argument, a
+        # LaunchConfig without a stream field TypeError: either means the other form.
+        api = []
 
         def call(name, grid, block, args):
             ker = kernels.get(name)
             if ker is None:
                 ker = kernels[name] = mod.get_kernel(name)
-            if old_api:
+            if api == ["old"]:
                 launch(ker, LaunchConfig(grid=grid, block=block, stream=stream), *args)
+                return
+            if api == ["new"]:
+                launch(stream, LaunchConfig(grid=grid, block=block), ker, *args)
                 return
             try:
                 launch(stream, LaunchConfig(grid=grid, block=block), ker, *args)
-            except TypeError:
-                old_api.append(True)
-                launch(ker, LaunchConfig(grid=grid, block=block, stream=stream), *args)
+                api.append("new")
+            except (TypeError, ValueError) as e_new:
+                try:
+                    launch(ker, LaunchConfig(grid=grid, block=block, stream=stream), *args)
+                except Exception as e_old:
+                    raise RuntimeError(f"cuda.core launch failed in both forms: launch(stream, config, kernel, "
+                                       f"...): {type(e_new).__name__}: {e_new}; launch(kernel, config, ...): "
+                                       f"{type(e_old).__name__}: {e_old}") from None
+                api.append("old")
         self._call = call
 
     def _init_cupy(self, stream_ptr):
@@ -573,6 +589,7 @@ class CudaDevice:
                        "cublas": f"torch {torch.__version__}", "pooling": "torch's CUDA pooling kernels",
                        "math": "TF32 allowed" if args.tf32 else "strict FP32 (TF32 off)"}
         self.errors = {}
+        self._bad = set()  # (optional kernel path, shapes) that failed
         # the stream: cuda.core's, else torch's own
         self._cc_stream = None
         try:
@@ -597,7 +614,7 @@ class CudaDevice:
         self._events = None
         if self._cc_stream is not None and args.events != "torch":
             try:
-                evs = [self._cc_stream.record(options=self._EventOptions(timing_enabled=True)) for _ in range(2)]
+                evs = [self._cc_stream.record(options=self._EventOptions(enable_timing=True)) for _ in range(2)]
                 self._cc_stream.sync()
                 float(evs[1] - evs[0])
                 self._events = "cuda.core"
@@ -611,9 +628,9 @@ class CudaDevice:
         self.nv = None
         if args.nvrtc != "torch":
             try:
-                self.nv = _Nvrtc(ptr, self.props.multi_processor_count, prefer=args.nvrtc, cc_stream=self._cc_stream)
+                self.nv = _Nvrtc(ptr, self.props.multi_processor_count, prefer=args.nvrtc, cc_stream=self._cc_stream,
+                                 selftest=self._nvrtc_selftest)
                 self.errors.update({f"nvrtc via {k}": v for k, v in self.nv.errors.items()})
-                self._nvrtc_selftest()
             except Exception as e:
                 self.errors["nvrtc"] = f"{type(e).__name__}: {e}"[:300]
                 self.nv = None
@@ -624,14 +641,15 @@ class CudaDevice:
 
     # -- setup
 
-    def _nvrtc_selftest(self):
+    def _nvrtc_selftest(self, nv):
         torch = self.torch
         with torch.cuda.stream(self.stream):
             a = torch.arange(1, 1001, dtype=torch.float32, device=self.dev)
             b = torch.full_like(a, 2.0)
             y = torch.empty_like(a)
-            self.nv.launch("b_add", a.numel(), _p(y), _p(a), _p(b), np.int64(a.numel()))
-            self.nv.launch("u4_relu", a.numel() // 4, _p(b), _p(y), np.int64(a.numel() // 4))
+            nv.launch("b_add", a.numel(), _p(y), _p(a), _p(b), np.int64(a.numel()))
+            nv.launch("u4_relu", a.numel() // 4, _p(b), _p(y), np.int64(a.numel() // 4))
+            nv.spin(1000)
         self.stream.synchronize()
         if not torch.equal(b, a + 2):
             raise RuntimeError("the NVRTC self-test computed a wrong result")
@@ -685,7 +703,7 @@ class CudaDevice:
         out = []
         for _ in range(k):
             if self._events == "cuda.core":
-                out.append(self._cc_stream.record(options=self._EventOptions(timing_enabled=True)))
+                out.append(self._cc_stream.record(options=self._EventOptions(enable_timing=True)))
             else:
                 e = self.torch.cuda.Event(enable_timing=True)
                 e.record(self.stream)
@@ -733,12 +751,20 @@ class CudaDevice:
         i0, o0 = ins[0] if ins else None, outs[0]
         y = S[o0]
         yshape = tuple(y.shape)
+        # the NVRTC kernels index their operands as dense arrays, and the float4 ones need 16-byte addresses: a
+        # strided operand (a select's view along an inner axis) takes torch's kernel, a view at an odd offset the
+        # scalar kernel (a misaligned float4 load is a sticky CUDA error that would end the whole process)
+        if nv is not None and not all(S[j].is_contiguous() for j in ins):
+            nv = None
+        a16 = all(S[j].data_ptr() % 16 == 0 for j in list(ins) + list(outs))
 
         def put(r):
             S[o0] = r
         if pl.op == "view":
             shp = tuple(pl.p.get("shape") or yshape)
-            return (lambda: put(S[i0].view(shp))), "view (no kernel)", False
+            if S[i0].is_contiguous():
+                return (lambda: put(S[i0].view(shp))), "view (no kernel)", False
+            return (lambda: put(S[i0].reshape(shp))), "copy (reshape of a strided view)", False
         if pl.op == "select":  # a view too: one index along an axis
             ax, ix = p["axis"], p["index"]
             return (lambda: put(S[i0].select(ax, ix))), "view (select, no kernel)", False
@@ -754,7 +780,8 @@ class CudaDevice:
 
             def bias():
                 return None if bi is None else S[bi]
-            if p["act"] == "relu" and self._ok("cudnn_convolution_relu"):
+            ckey = (tuple(S[i0].shape), tuple(S[wi].shape), bi is not None, args)
+            if p["act"] == "relu" and self._ok("cudnn_convolution_relu", ckey):
                 try:
                     fused = torch.cudnn_convolution_relu
                     r = fused(xin(), S[wi], bias(), *args)
@@ -763,7 +790,7 @@ class CudaDevice:
                         return (lambda: put(fused(xin(), S[wi], bias(), *args))), \
                             "cudnn conv+bias+relu, fused (torch.cudnn_convolution_relu)" + extra, False
                 except Exception as e:
-                    self._failed("cudnn_convolution_relu", e)
+                    self._failed("cudnn_convolution_relu", e, ckey)
 
             def run():
                 r = F.conv2d(xin(), S[wi], bias(), *args)
@@ -775,7 +802,8 @@ class CudaDevice:
             if S[bi_].dim() == 2:  # one GEMM over all rows
                 k = S[bi_].shape[0]
                 y2 = y.view(-1, yshape[-1])
-                if ci is not None and p["act"] == "relu" and self._ok("_addmm_activation"):
+                mkey = (tuple(S[ai].shape), tuple(S[bi_].shape), tuple(S[ci].shape) if ci is not None else None)
+                if ci is not None and p["act"] == "relu" and self._ok("_addmm_activation", mkey):
                     try:
                         act = torch._addmm_activation
                         r = act(S[ci], S[ai].reshape(-1, k), S[bi_], use_gelu=False)
@@ -784,7 +812,7 @@ class CudaDevice:
                             return (lambda: put(act(S[ci], S[ai].reshape(-1, k), S[bi_], use_gelu=False).view(yshape))), \
                                 "cublasLt gemm + bias + relu epilogue (torch._addmm_activation)", False
                     except Exception as e:
-                        self._failed("_addmm_activation", e)
+                        self._failed("_addmm_activation", e, mkey)
                 if ci is not None:
                     def run():
                         torch.addmm(S[ci], S[ai].reshape(-1, k), S[bi_], out=y2)
@@ -810,7 +838,7 @@ class CudaDevice:
             yp = _p(y)
             if nv is not None:
                 if ash == bsh == yshape:
-                    if n % 4 == 0:
+                    if n % 4 == 0 and a16:
                         return (lambda: nv.launch(f"b4_{fn}", n // 4, yp, _p(S[ai]), _p(S[bi_]), np.int64(n // 4))), \
                             f"nvrtc b4_{fn}", True
                     return (lambda: nv.launch(f"b_{fn}", n, yp, _p(S[ai]), _p(S[bi_]), np.int64(n))), f"nvrtc b_{fn}", True
@@ -831,7 +859,7 @@ class CudaDevice:
             fn, n = p["fn"], y.numel()
             yp = _p(y)
             if nv is not None:
-                if n % 4 == 0:
+                if n % 4 == 0 and a16:
                     return (lambda: nv.launch(f"u4_{fn}", n // 4, yp, _p(S[i0]), np.int64(n // 4))), f"nvrtc u4_{fn}", True
                 return (lambda: nv.launch(f"u_{fn}", n, yp, _p(S[i0]), np.int64(n))), f"nvrtc u_{fn}", True
             tf = {"relu": torch.clamp_min, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "erf": torch.erf,
@@ -950,12 +978,17 @@ class CudaDevice:
             return (lambda: torch.index_select(S[i0], ax, S[ii].reshape(-1), out=yv)), "torch index_select", True
         raise Unsupported(f"no CUDA kernel for {pl.op}")
 
-    def _ok(self, what: str) -> bool:
-        """Whether an optional kernel path has not failed before (a failing one is not retried)."""
-        return what not in self.errors
+    def _ok(self, what: str, key=()) -> bool:
+        """Whether an optional kernel path has not failed before on these shapes (a failing one is not retried
+        there; other shapes still try it, so that one shape's failure does not unfuse the rest of a run: the
+        original and the optimized graph would then be built differently)."""
+        return (what, key) not in self._bad
 
-    def _failed(self, what: str, e: Exception) -> None:
+    def _failed(self, what: str, e: Exception, key=()) -> None:
+        self._bad.add((what, key))
         self.errors.setdefault(what, f"{type(e).__name__}: {e}"[:300])
+        n = f"{what}: shapes failed"
+        self.errors[n] = self.errors.get(n, 0) + 1
 
     def time(self, prep, warmup: int, repeats: int, cap_s: float) -> tuple[list, int, int]:
         """Per-run device times (ms) of ``prep.run()``: one run alone, the warm-ups, then the repeats each

@@ -34,3 +34,15 @@ except Exception as e:
     print("torch cuda: unavailable:", e)
 PYEOF
 }
+
+# fit SECONDS MARGIN: SECONDS, or less where the deadline $DEADLINE (epoch seconds, set by run_all.sh to end the
+# whole run inside the device call's limit) leaves less than SECONDS + MARGIN from now; never under 5
+fit() {
+  local s=$1 left
+  if [ -n "${DEADLINE:-}" ]; then
+    left=$(( DEADLINE - $(date +%s) - $2 ))
+    if [ "$left" -lt "$s" ]; then s=$left; fi
+    if [ "$s" -lt 5 ]; then s=5; fi
+  fi
+  echo "$s"
+}

@@ -541,7 +541,7 @@ class CudaRunner:
                 if shapes != [tuple(s) for s in st.out_shapes]:
                     raise ExecError(f"node '{st.nodes[0]}' ({st.op_type}): {what} gives {shapes}, "
                                     f"ONNX says {st.out_shapes}")
-                if in_place or (st.plan.op in ("view", "select") and st.ins[0] in fixed):
+                if in_place or (st.plan.op in ("view", "select") and what.startswith("view") and st.ins[0] in fixed):
                     fixed.update(st.outs)
                 self.runs.append(run)
                 self.kernels[what] = self.kernels.get(what, 0) + 1

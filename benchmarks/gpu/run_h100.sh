@@ -31,11 +31,12 @@ mkdir -p "$OUT"
 
 env_log "GPU calibration '$NAME' ${DRY:-(on the GPU)}: smoke ${SMOKE_S} s, budget ${BUDGET_S} s" 2>&1 | tee "$OUT/env.log"
 
-timeout -k 5 $((SMOKE_S + 30)) "$PY" benchmarks/gpu/calibrate.py $DRY --sigs "$SIGS" --smoke 30 \
+timeout -k 5 "$(fit $((SMOKE_S + 30)) 0)" "$PY" benchmarks/gpu/calibrate.py $DRY --sigs "$SIGS" --smoke 30 \
   --budget-s "$SMOKE_S" --out "$OUT/smoke-$NAME.json" 2>&1 | tee "$OUT/smoke.log"
 smoke_rc=${PIPESTATUS[0]}
 
-timeout -k 5 $((BUDGET_S + 40)) "$PY" benchmarks/gpu/calibrate.py $DRY --sigs "$SIGS" --name "$NAME" \
+BUDGET_S=$(fit "$BUDGET_S" 15)
+timeout -k 5 "$(fit $((BUDGET_S + 40)) 0)" "$PY" benchmarks/gpu/calibrate.py $DRY --sigs "$SIGS" --name "$NAME" \
   --budget-s "$BUDGET_S" --out "$OUT/$NAME.json" 2>&1 | tee "$OUT/calibrate.log"
 rc=${PIPESTATUS[0]}
 

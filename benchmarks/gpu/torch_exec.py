@@ -33,6 +33,24 @@ OPS = {
 }
 
 
+#: ONNX op type -> the input read on the host (a shape, split sizes, axes; Gather's index where it is a scalar):
+#: where it is a constant the runner keeps it as a CPU tensor, so that a run never reads the device (``.tolist()``
+#: of a CUDA tensor is a device-to-host copy and a sync: slow eagerly, and an error inside a CUDA graph capture)
+HOST_INPUTS = {"Reshape": 1, "Split": 1, "Squeeze": 1, "Unsqueeze": 1, "Gather": 1}
+
+
+def host_input(op_type: str, ins: list, const_shapes: dict):
+    """The position of the node's input to pass as a host (CPU) tensor, or None: ``const_shapes`` maps the
+    constant values' names to their shapes."""
+    pos = HOST_INPUTS.get(op_type)
+    if pos is None or pos >= len(ins) or not ins[pos] or ins[pos] not in const_shapes:
+        return None
+    shape = tuple(const_shapes[ins[pos]])
+    if op_type == "Gather" and shape != ():
+        return None  # (an index tensor: index_select wants it on the device)
+    return pos if math.prod(shape) <= 1024 else None
+
+
 def check_available() -> None:
     import torch
 
@@ -272,7 +290,11 @@ class TorchRunner:
                 for o, v in zip(nd.output, outs):
                     const[o] = v.to(self.dev)
                 continue
-            self.program.append((fn, a, ins, list(nd.output)))
+            hp = HOST_INPUTS.get(nd.op_type, len(ins))
+            pos = host_input(nd.op_type, ins, {ins[hp]: tuple(const[ins[hp]].shape)}
+                             if hp < len(ins) and ins[hp] in const else {})
+            pre = {} if pos is None else {pos: const[ins[pos]].cpu()}
+            self.program.append((fn, a, ins, list(nd.output), pre))
             self.kernels[nd.op_type] = self.kernels.get(nd.op_type, 0) + 1
         self.const = const
         self.inputs = {n: torch.from_numpy(np.ascontiguousarray(v)).to(self.dev) for n, v in feeds.items()}
@@ -289,8 +311,8 @@ class TorchRunner:
     def _eager(self):
         env = dict(self.const)
         env.update(self.inputs)
-        for fn, a, ins, outs in self.program:
-            ys = fn(a, *[env[x] if x else None for x in ins])
+        for fn, a, ins, outs, pre in self.program:
+            ys = fn(a, *[pre[i] if i in pre else (env[x] if x else None) for i, x in enumerate(ins)])
             for o, y in zip(outs, ys):
                 if o:
                     env[o] = y

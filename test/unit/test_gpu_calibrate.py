@@ -189,6 +189,140 @@ def test_nvrtc_kernel_source_computes_the_reference_on_the_cpu(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------
+# the cuda.core calls, against fakes with the real signatures (cuda-python's cuda_core sources:
+# _launcher.pyx launch(stream, config, kernel, *kernel_args) since 0.3, launch(kernel, config, *kernel_args)
+# with LaunchConfig.stream before, raising ValueError on a non-Kernel first argument; _event.pyx EventOptions
+# fields enable_timing, busy_waited_sync, ipc_enabled; _launch_config.pyx grid, cluster, block, shmem_size,
+# is_cooperative)
+
+
+def _fake_cuda_core(monkeypatch, old_api: bool, fail_launch: bool = False):
+    import dataclasses
+    import types
+
+    calls = []
+
+    class Kernel:
+        def __init__(self, name):
+            self.name = name
+
+    class Stream:
+        @staticmethod
+        def from_handle(h):
+            return Stream()
+
+    if old_api:
+        @dataclasses.dataclass
+        class LaunchConfig:
+            grid: object = None
+            block: object = None
+            stream: object = None
+            shmem_size: int = 0
+
+        def launch(kernel, config, *args):
+            if not isinstance(kernel, Kernel):
+                raise ValueError
+            assert isinstance(config.stream, Stream)
+            calls.append((kernel.name, config.grid, config.block, args))
+    else:
+        @dataclasses.dataclass
+        class LaunchConfig:
+            grid: object = None
+            cluster: object = None
+            block: object = None
+            shmem_size: int = 0
+            is_cooperative: bool = False
+
+        def launch(stream, config, kernel, *args):
+            assert isinstance(stream, Stream) and isinstance(kernel, Kernel)
+            if fail_launch:
+                raise RuntimeError("CUDA_ERROR_INVALID_VALUE")
+            calls.append((kernel.name, config.grid, config.block, args))
+
+    @dataclasses.dataclass
+    class ProgramOptions:
+        arch: str = None
+        std: str = None
+
+    class ObjectCode:
+        def get_kernel(self, name):
+            return Kernel(name)
+
+    class Program:
+        def __init__(self, code, code_type, options=None):
+            assert code_type == "c++" and options.arch == "sm_90"
+
+        def compile(self, target_type):
+            assert target_type == "cubin"
+            return ObjectCode()
+
+    class Device:
+        arch = "90"
+
+        def set_current(self):
+            pass
+
+    core = types.ModuleType("cuda.core")
+    core.__dict__.update(Device=Device, LaunchConfig=LaunchConfig, Program=Program, ProgramOptions=ProgramOptions,
+                         Stream=Stream, launch=launch)
+    cuda = types.ModuleType("cuda")
+    cuda.core = core
+    monkeypatch.setitem(sys.modules, "cuda", cuda)
+    monkeypatch.setitem(sys.modules, "cuda.core", core)
+    return calls, Stream
+
+
+@pytest.mark.parametrize("old_api", [False, True])
+def test_nvrtc_launches_through_either_cuda_core_launch_form(monkeypatch, old_api):
+    calls, Stream = _fake_cuda_core(monkeypatch, old_api)
+    nv = cal._Nvrtc(0, 132, cc_stream=Stream())
+    assert nv.via == "cuda.core" and not nv.errors
+    for _ in range(2):  # the form found on the first launch is kept
+        nv.launch("b4_add", 10_000_000, np.uint64(1), np.uint64(2), np.uint64(3), np.int64(10_000_000))
+    nv.spin(5)
+    assert calls[0] == ("b4_add", 132 * 16, 256, (np.uint64(1), np.uint64(2), np.uint64(3), np.int64(10_000_000)))
+    assert calls[1] == calls[0] and calls[2] == ("spin", 1, 1, (np.int64(5),))
+
+
+def test_nvrtc_falls_through_to_cupy_when_cuda_core_launches_fail(monkeypatch):
+    """A path that compiles but cannot launch (the self-test) gives way to the next, with its reason kept."""
+    import types
+
+    _fake_cuda_core(monkeypatch, old_api=False, fail_launch=True)
+    launched = []
+
+    class Fn:
+        def __call__(self, grid, block, args, stream=None):
+            launched.append((grid, block, args, stream))
+
+    cupy = types.ModuleType("cupy")
+    cupy.RawModule = lambda code, options: types.SimpleNamespace(get_function=lambda name: Fn())
+    cupy.cuda = types.SimpleNamespace(ExternalStream=lambda ptr: ("stream", ptr))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    nv = cal._Nvrtc(7, 132, selftest=lambda nv: nv.launch("b_add", 1000, np.uint64(1), np.int64(1000)))
+    assert nv.via == "cupy" and "CUDA_ERROR_INVALID_VALUE" in nv.errors["cuda.core"]
+    assert launched[0] == ((4,), (256,), (np.uint64(1), np.int64(1000)), ("stream", 7))
+
+
+def test_cuda_core_options_use_only_fields_the_api_has():
+    """Every keyword the script gives EventOptions, LaunchConfig and ProgramOptions is one of the fields of
+    cuda.core's dataclasses (a wrong one is a TypeError on the GPU only)."""
+    fields = {"EventOptions": {"enable_timing", "busy_waited_sync", "ipc_enabled"},
+              "LaunchConfig": {"grid", "cluster", "block", "shmem_size", "is_cooperative", "stream"},
+              "ProgramOptions": {"arch", "std"}}
+    seen = set()
+    for node in ast.walk(ast.parse(SCRIPT.read_text())):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            name = name.lstrip("_")
+            if name in fields:
+                seen.add(name)
+                assert {k.arg for k in node.keywords} <= fields[name], (name, [k.arg for k in node.keywords])
+    assert seen == set(fields)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # the loop, dry
 
 

@@ -100,6 +100,38 @@ def test_every_op_in_the_prepared_models_is_planned_and_read_by_both_executors()
         assert gp.steps and set(gp.summary()["onnx_ops"]) <= set(E.PLANNED_OPS)
 
 
+def test_torch_interpreter_reads_shapes_and_axes_on_the_host():
+    """Every Reshape shape, Split sizes, Squeeze/Unsqueeze axes and scalar Gather index of the prepared files is a
+    constant the torch interpreter keeps on the host (``torch_exec.host_input``): a run never reads a CUDA tensor
+    back (``.tolist()``: a sync, and an error inside a CUDA graph capture)."""
+    import onnx
+    from onnx import numpy_helper
+
+    checked = 0
+    for s in ("full", "quick"):
+        for p in files(s):
+            g = onnx.load(str(p), load_external_data=False).graph
+            shapes = {t.name: tuple(t.dims) for t in g.initializer}
+            for nd in g.node:
+                if nd.op_type == "Constant":
+                    shapes[nd.output[0]] = tuple(numpy_helper.to_array(nd.attribute[0].t).shape) \
+                        if nd.attribute[0].name == "value" else ()
+                    continue
+                ins = list(nd.input)
+                if all((not x) or x in shapes for x in ins):  # folded when the model is loaded
+                    continue
+                pos = TE.HOST_INPUTS.get(nd.op_type)
+                if pos is None or pos >= len(ins) or not ins[pos]:
+                    continue
+                if nd.op_type == "Gather" and shapes.get(ins[pos]) != ():
+                    continue
+                assert TE.host_input(nd.op_type, ins, shapes) == pos, (p.name, nd.name, nd.op_type)
+                checked += 1
+    assert checked > 100
+    assert TE.host_input("Gather", ["x", "i"], {"i": (4,)}) is None
+    assert TE.host_input("Reshape", ["x", "s"], {}) is None
+
+
 def test_weights_are_drawn_from_the_recorded_statistics():
     import onnx
     from onnx import numpy_helper
