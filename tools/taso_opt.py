@@ -744,6 +744,8 @@ def search_summary(rep: dict) -> str:
                          + (" without splits" if lc["kept"] == "search without splits" else ""))
         elif lc.get("kept") == "input" and tried:
             parts.append("slower when timed: input kept")
+        if x.get("input_kept"):
+            parts.append("dearer than the input as priced: input kept")
     parts.append(f"{rep['time_s']:.1f} s")
     return f"target {rep['target']} ({'measured' if rep['measured'] else 'estimated'}): " + ", ".join(parts)
 

@@ -109,3 +109,41 @@ def test_pass_statistics_are_printed_mlir_style(tmp_path):
         for k, what in p.counters.items():
             assert f"({k}) " in text and f" - {what}" in text
     assert "(batchnorms_folded) 0 " not in text  # (the example has batchnorms: counted, not zero)
+
+
+def test_the_input_is_kept_where_the_whole_pipeline_costs_more(tmp_path, monkeypatch):
+    """The prepare passes are outside the segment's never-worse guard: where a target prices the
+    batchnorm folded into its convolution (a conv with a bias) above the two ops, the pipeline's result
+    costs more than the input, and taso-search keeps the input, saying why. Without that pricing the
+    batchnorm is folded as before."""
+    from taso_mlir.passes.cost import roofline
+    from taso_mlir.tools import taso_opt
+
+    src = tmp_path / "fold.mlir"
+    src.write_text((Path(__file__).resolve().parents[2] / "test" / "Passes" / "taso-fold-batchnorm.mlir").read_text().split("// -----")[0])
+
+    def run(name):
+        out, rep = tmp_path / f"{name}.mlir", tmp_path / f"{name}.json"
+        rc = taso_opt.main([str(src), "-o", str(out), "--no-progress", "--pass-pipeline=builtin.module("
+                            f"taso-search{{target=analytic:t4 report={rep}}})"], contain=False)
+        assert rc == 0
+        return out.read_text(), json.loads(rep.read_text())["functions"][0]
+
+    text, fr = run("plain")
+    assert "taso.batchnorm" not in text and fr["batchnorms_folded"] == 1 and "input_kept" not in fr
+    assert fr["cost_after_ms"] <= fr["cost_before_ms"]
+
+    real = roofline.Analytic._cost
+
+    def biased_conv_is_dear(self, sig):
+        return 1000.0 if sig.kind == "conv2d" and len(sig.in_shapes) == 3 else real(self, sig)
+
+    monkeypatch.setattr(roofline.Analytic, "_cost", biased_conv_is_dear)
+    text, fr = run("dear")
+    assert "taso.batchnorm" in text and "taso.conv2d" in text, text
+    assert "more than the input's" in fr["input_kept"]["why"]
+    assert fr["cost_after_ms"] == pytest.approx(fr["cost_before_ms"]) and fr["batchnorms_folded"] == 0
+    assert fr["ops_after"] == fr["ops_before"] and fr["applied"] == {}
+    from taso_mlir.passes.search import taso_search
+
+    assert "input kept" in taso_opt.search_summary(taso_search.LAST_REPORT)
