@@ -561,6 +561,15 @@ class _Nvrtc:
         self._call("spin", 1, 1, (np.int64(cycles),))
 
 
+def timing_event_options(EventOptions):
+    """cuda.core's options for a timing event: the field is ``timing_enabled`` from cuda.core 1.0 (_event.pyi),
+    ``enable_timing`` in 0.x (_event.pyx)."""
+    try:
+        return EventOptions(timing_enabled=True)
+    except TypeError:
+        return EventOptions(enable_timing=True)
+
+
 def _p(t) -> np.uint64:
     return np.uint64(t.data_ptr())
 
@@ -591,7 +600,7 @@ class CudaDevice:
         self.errors = {}
         self._bad = set()  # (optional kernel path, shapes) that failed
         # the stream: cuda.core's, else torch's own
-        self._cc_stream = None
+        self._cc_stream = self._ev_opts = None
         try:
             try:
                 from cuda.core import Device, EventOptions
@@ -602,7 +611,10 @@ class CudaDevice:
             self._cc_stream = d.create_stream()
             ptr = int(self._cc_stream.handle)
             self.stream = torch.cuda.ExternalStream(ptr)
-            self._EventOptions = EventOptions
+            try:
+                self._ev_opts = timing_event_options(EventOptions)
+            except Exception as e:
+                self.errors["cuda.core event options"] = f"{type(e).__name__}: {e}"[:300]
             self._paths["stream"] = "cuda.core Device().create_stream(), shared with torch (ExternalStream)"
         except Exception as e:
             self.errors["cuda.core stream"] = f"{type(e).__name__}: {e}"[:300]
@@ -612,9 +624,9 @@ class CudaDevice:
         self.stream_ptr = ptr
         # events: cuda.core's, else torch's
         self._events = None
-        if self._cc_stream is not None and args.events != "torch":
+        if self._cc_stream is not None and self._ev_opts is not None and args.events != "torch":
             try:
-                evs = [self._cc_stream.record(options=self._EventOptions(enable_timing=True)) for _ in range(2)]
+                evs = [self._cc_stream.record(options=self._ev_opts) for _ in range(2)]
                 self._cc_stream.sync()
                 float(evs[1] - evs[0])
                 self._events = "cuda.core"
@@ -703,7 +715,7 @@ class CudaDevice:
         out = []
         for _ in range(k):
             if self._events == "cuda.core":
-                out.append(self._cc_stream.record(options=self._EventOptions(enable_timing=True)))
+                out.append(self._cc_stream.record(options=self._ev_opts))
             else:
                 e = self.torch.cuda.Event(enable_timing=True)
                 e.record(self.stream)
@@ -780,7 +792,7 @@ class CudaDevice:
 
             def bias():
                 return None if bi is None else S[bi]
-            ckey = (tuple(S[i0].shape), tuple(S[wi].shape), bi is not None, args)
+            ckey = (tuple(S[i0].shape), tuple(S[wi].shape), bi is not None, repr(args))
             if p["act"] == "relu" and self._ok("cudnn_convolution_relu", ckey):
                 try:
                     fused = torch.cudnn_convolution_relu
@@ -1034,10 +1046,10 @@ class CudaBackend(CudaDevice):
 
     def prepare(self, rec: dict, pl: Plan) -> Prepared:
         torch = self.torch
-        dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[rec["dtype"]]
         xs_np = _inputs(rec, self.rng)
-        if pl.op == "view":
+        if pl.op == "view":  # (of any dtype: a reshape of int64 shapes is one)
             return Prepared(lambda: None, lambda: [xs_np[0].reshape(rec["out_shapes"][0])], "view (no kernel)", xs_np)
+        dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[rec["dtype"]]
         with torch.cuda.stream(self.stream):
             S = [torch.from_numpy(x).to(self.dev, dt) for x in xs_np]
             S += [torch.empty(tuple(s), dtype=dt, device=self.dev) for s in rec["out_shapes"]]

@@ -515,7 +515,7 @@ class CudaRunner:
                np.dtype(np.float64): torch.float64}
         with torch.cuda.stream(dev.stream):
             for s, v in gp.consts.items():
-                S[s] = torch.from_numpy(np.ascontiguousarray(v)).to(dev.dev)
+                S[s] = torch.from_numpy(np.require(v, requirements=("C", "W"))).to(dev.dev)  # (writable: no warning)
                 fixed.add(s)
             for n in gp.inputs:
                 s = gp.slots[n]

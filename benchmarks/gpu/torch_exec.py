@@ -98,7 +98,7 @@ class _Ops:
             v = np.array(a.get("value_float", a.get("value_floats")), dtype=np.float32)
         else:
             v = np.array(a.get("value_int", a.get("value_ints")), dtype=np.int64)
-        return (self.t.from_numpy(np.ascontiguousarray(v)),)
+        return (self.t.from_numpy(np.require(v, requirements=("C", "W"))),)  # (ascontiguousarray makes 0-d 1-d)
 
     def conv(self, a, x, w, b=None):
         pads = list(a.get("pads", (0, 0, 0, 0)))
@@ -273,7 +273,7 @@ class TorchRunner:
         self.dev = torch.device(device)
         ops = _Ops(torch)
         g = model.graph
-        const = {t.name: torch.from_numpy(np.ascontiguousarray(numpy_helper.to_array(t))).to(self.dev)
+        const = {t.name: torch.from_numpy(np.require(numpy_helper.to_array(t), requirements=("C", "W"))).to(self.dev)
                  for t in g.initializer}
         self.program = []
         self.kernels: dict = {}
@@ -297,7 +297,7 @@ class TorchRunner:
             self.program.append((fn, a, ins, list(nd.output), pre))
             self.kernels[nd.op_type] = self.kernels.get(nd.op_type, 0) + 1
         self.const = const
-        self.inputs = {n: torch.from_numpy(np.ascontiguousarray(v)).to(self.dev) for n, v in feeds.items()}
+        self.inputs = {n: torch.from_numpy(np.require(v, requirements=("C", "W"))).to(self.dev) for n, v in feeds.items()}
         self.output_names = [o.name for o in g.output]
         self.env = None
         self.graph, self.capture_error = None, None

@@ -191,9 +191,10 @@ def test_nvrtc_kernel_source_computes_the_reference_on_the_cpu(tmp_path):
 # ---------------------------------------------------------------------------------------------------------
 # the cuda.core calls, against fakes with the real signatures (cuda-python's cuda_core sources:
 # _launcher.pyx launch(stream, config, kernel, *kernel_args) since 0.3, launch(kernel, config, *kernel_args)
-# with LaunchConfig.stream before, raising ValueError on a non-Kernel first argument; _event.pyx EventOptions
-# fields enable_timing, busy_waited_sync, ipc_enabled; _launch_config.pyx grid, cluster, block, shmem_size,
-# is_cooperative)
+# with LaunchConfig.stream before, raising ValueError on a non-Kernel first argument; EventOptions fields
+# enable_timing, busy_waited_sync, ipc_enabled in 0.x (_event.pyx), timing_enabled, blocking_sync, ipc_enabled
+# from 1.0 (_event.pyi; 1.2.0 on the GPU machine refused enable_timing); _launch_config.pyx grid, cluster,
+# block, shmem_size, is_cooperative)
 
 
 def _fake_cuda_core(monkeypatch, old_api: bool, fail_launch: bool = False):
@@ -304,10 +305,29 @@ def test_nvrtc_falls_through_to_cupy_when_cuda_core_launches_fail(monkeypatch):
     assert launched[0] == ((4,), (256,), (np.uint64(1), np.int64(1000)), ("stream", 7))
 
 
+def test_timing_event_options_for_either_cuda_core_generation():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class New:  # cuda.core 1.x
+        timing_enabled: bool = False
+        blocking_sync: bool = False
+        ipc_enabled: bool = False
+
+    @dataclasses.dataclass
+    class Old:  # cuda.core 0.x
+        enable_timing: bool = False
+        busy_waited_sync: bool = False
+        ipc_enabled: bool = False
+
+    assert cal.timing_event_options(New).timing_enabled and cal.timing_event_options(Old).enable_timing
+
+
 def test_cuda_core_options_use_only_fields_the_api_has():
     """Every keyword the script gives EventOptions, LaunchConfig and ProgramOptions is one of the fields of
     cuda.core's dataclasses (a wrong one is a TypeError on the GPU only)."""
-    fields = {"EventOptions": {"enable_timing", "busy_waited_sync", "ipc_enabled"},
+    fields = {"EventOptions": {"enable_timing", "busy_waited_sync", "ipc_enabled",  # 0.x
+                               "timing_enabled", "blocking_sync"},  # 1.x (the GPU machine: 1.2.0)
               "LaunchConfig": {"grid", "cluster", "block", "shmem_size", "is_cooperative", "stream"},
               "ProgramOptions": {"arch", "std"}}
     seen = set()

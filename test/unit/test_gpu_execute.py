@@ -132,6 +132,22 @@ def test_torch_interpreter_reads_shapes_and_axes_on_the_host():
     assert TE.host_input("Reshape", ["x", "s"], {}) is None
 
 
+def test_torch_interpreter_keeps_scalar_constants_scalar():
+    """A 0-d Constant (NasRNN's Gather indices) stays 0-d: np.ascontiguousarray would make it 1-d, Gather would then
+    keep the axis, and the output's shape would differ from onnxruntime's (seen on the GPU: NasRNN's torch check
+    failed with an infinite error)."""
+    import types
+
+    from onnx import numpy_helper
+
+    fake = types.SimpleNamespace(from_numpy=lambda a: a, nn=types.SimpleNamespace(functional=None))
+    ops = TE._Ops(fake)
+    (v,) = ops.constant({"value": numpy_helper.from_array(np.array(2, np.int64))})
+    assert v.shape == () and v.flags.writeable
+    (v,) = ops.constant({"value_ints": [0]})
+    assert v.shape == (1,)
+
+
 def test_weights_are_drawn_from_the_recorded_statistics():
     import onnx
     from onnx import numpy_helper
