@@ -18,7 +18,15 @@ if [ "${1:-}" = "--dry-run" ]; then DRY="--dry-run"; fi
 PY=${PYTHON:-python3}
 OUT=${OUT:-benchmarks/gpu/out}
 if [ -n "$DRY" ]; then NAME=${NAME:-dry}; else NAME=${NAME:-$(gpu_name)}; fi
-export PY PYTHON="$PY" OUT NAME
+# the device tool brings back at most 8 files from $OUT: the table, speedup.json and RESULTS-gpu.md are written
+# there as they are checkpointed, run_all.log too, and the other logs and smoke results go to $LOGS, packed into
+# $OUT/logs.tgz at the end (or when the run is stopped): five files in all
+mkdir -p "$OUT"
+TMP_LOGS=""
+if [ -z "${LOGS:-}" ]; then TMP_LOGS=$(mktemp -d "${TMPDIR:-/tmp}/taso-gpu-logs.XXXXXX"); LOGS=$TMP_LOGS; fi
+export PY PYTHON="$PY" OUT NAME LOGS
+pack() { tar czf "$OUT/logs.tgz.tmp" -C "$LOGS" . && mv "$OUT/logs.tgz.tmp" "$OUT/logs.tgz"; }
+trap 'pack; exit 143' TERM INT
 start=$(date +%s)
 # the whole run ends by TOTAL_S (450: under the device call's 480 s with room for the last writes); the
 # calibration by then less what the speedups need, so that a slow step shortens the next budgets instead of
@@ -34,4 +42,6 @@ DEADLINE=$(( start + TOTAL_S )) SMOKE_S=$SP_SMOKE_S BUDGET_S=$SP_BUDGET_S TABLE=
 sp_rc=$?
 echo "== run_all: calibration exit $cal_rc, speedups exit $sp_rc, $(( $(date +%s) - start )) s in all; $OUT" \
   | tee "$OUT/run_all.log"
+pack
+if [ -n "$TMP_LOGS" ]; then rm -rf "$TMP_LOGS"; fi
 [ -s "$OUT/speedup.json" ] || [ -s "$OUT/$NAME.json" ]

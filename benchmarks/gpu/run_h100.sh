@@ -26,21 +26,24 @@ fi
 SMOKE_S=${SMOKE_S:-45}
 BUDGET_S=${BUDGET_S:-270}
 SIGS=${SIGS:-benchmarks/gpu/signatures.jsonl}
+# the logs and the smoke table go to $LOGS (default $OUT): run_all.sh packs them into one file, as the device
+# tool brings back at most 8 files from $OUT; the table itself is always written to $OUT
+LOGS=${LOGS:-$OUT}
 export PYTHONUNBUFFERED=1
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$LOGS"
 
-env_log "GPU calibration '$NAME' ${DRY:-(on the GPU)}: smoke ${SMOKE_S} s, budget ${BUDGET_S} s" 2>&1 | tee "$OUT/env.log"
+env_log "GPU calibration '$NAME' ${DRY:-(on the GPU)}: smoke ${SMOKE_S} s, budget ${BUDGET_S} s" 2>&1 | tee "$LOGS/env.log"
 
 timeout -k 5 "$(fit $((SMOKE_S + 30)) 0)" "$PY" benchmarks/gpu/calibrate.py $DRY --sigs "$SIGS" --smoke 30 \
-  --budget-s "$SMOKE_S" --out "$OUT/smoke-$NAME.json" 2>&1 | tee "$OUT/smoke.log"
+  --budget-s "$SMOKE_S" --out "$LOGS/smoke-$NAME.json" 2>&1 | tee "$LOGS/smoke.log"
 smoke_rc=${PIPESTATUS[0]}
 
 BUDGET_S=$(fit "$BUDGET_S" 15)
 timeout -k 5 "$(fit $((BUDGET_S + 40)) 0)" "$PY" benchmarks/gpu/calibrate.py $DRY --sigs "$SIGS" --name "$NAME" \
-  --budget-s "$BUDGET_S" --out "$OUT/$NAME.json" 2>&1 | tee "$OUT/calibrate.log"
+  --budget-s "$BUDGET_S" --out "$OUT/$NAME.json" 2>&1 | tee "$LOGS/calibrate.log"
 rc=${PIPESTATUS[0]}
 
 echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) smoke exit $smoke_rc, calibration exit $rc; the table: $OUT/$NAME.json" \
-  | tee -a "$OUT/calibrate.log"
+  | tee -a "$LOGS/calibrate.log"
 # exit 0 where a table was written (complete or not: its header says which); the logs say what failed
 [ -s "$OUT/$NAME.json" ]

@@ -24,26 +24,29 @@ BUDGET_S=${BUDGET_S:-200}
 SET=${SET:-full}
 TABLE=${TABLE:-}
 EXTRA=${EXTRA:-}
+# the logs and the smoke results go to $LOGS (default $OUT): run_all.sh packs them into one file, as the device
+# tool brings back at most 8 files from $OUT; speedup.json and RESULTS-gpu.md are always written to $OUT
+LOGS=${LOGS:-$OUT}
 export PYTHONUNBUFFERED=1
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$LOGS"
 TABLE_ARG=()
 if [ -n "$TABLE" ]; then TABLE_ARG=(--table "$TABLE"); fi
 
 env_log "GPU speedups ${DRY:-(on the GPU)}: smoke ${SMOKE_S} s, budget ${BUDGET_S} s, set $SET" 2>&1 \
-  | tee "$OUT/env-speedup.log"
+  | tee "$LOGS/env-speedup.log"
 
 timeout -k 5 "$(fit $((SMOKE_S + 40)) 0)" "$PY" benchmarks/gpu/speedup.py $DRY --set quick --budget-s "$SMOKE_S" \
-  --min-rounds 3 --max-rounds 5 --out "$OUT/speedup-smoke.json" --markdown "$OUT/speedup-smoke.md" $EXTRA \
-  2>&1 | tee "$OUT/speedup-smoke.log"
+  --min-rounds 3 --max-rounds 5 --out "$LOGS/speedup-smoke.json" --markdown "$LOGS/speedup-smoke.md" $EXTRA \
+  2>&1 | tee "$LOGS/speedup-smoke.log"
 smoke_rc=${PIPESTATUS[0]}
 
 # (a file started before the budget runs out finishes: VGG-19's weights and reference take ~20 s, hence the margin)
 BUDGET_S=$(fit "$BUDGET_S" 30)
 timeout -k 5 "$(fit $((BUDGET_S + 60)) 0)" "$PY" benchmarks/gpu/speedup.py $DRY --set "$SET" --budget-s "$BUDGET_S" \
-  ${TABLE_ARG[@]+"${TABLE_ARG[@]}"} --out "$OUT/speedup.json" --markdown "$OUT/RESULTS-gpu.md" $EXTRA 2>&1 | tee "$OUT/speedup.log"
+  ${TABLE_ARG[@]+"${TABLE_ARG[@]}"} --out "$OUT/speedup.json" --markdown "$OUT/RESULTS-gpu.md" $EXTRA 2>&1 | tee "$LOGS/speedup.log"
 rc=${PIPESTATUS[0]}
 
 echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) smoke exit $smoke_rc, speedups exit $rc; results: $OUT/speedup.json" \
-  | tee -a "$OUT/speedup.log"
+  | tee -a "$LOGS/speedup.log"
 # exit 0 where results were written (complete or not: the JSON says which); the logs say what failed
 [ -s "$OUT/speedup.json" ]

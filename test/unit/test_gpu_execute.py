@@ -391,6 +391,29 @@ def test_prepared_command_rehearses_end_to_end(tmp_path):
     assert "smoke exit 0, speedups exit 0" in (out / "speedup.log").read_text()
 
 
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None or shutil.which("tar") is None,
+                    reason="needs bash, timeout and tar")
+def test_run_all_leaves_at_most_eight_files_in_out(tmp_path):
+    """run_all.sh --dry-run: the device tool brings back at most 8 files from $OUT (it dropped speedup.json on the
+    first GPU check, 13 files sorted by name): the table, speedup.json, RESULTS-gpu.md, run_all.log and the other
+    logs packed in logs.tgz."""
+    import tarfile
+
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHON=sys.executable, OUT=str(out), CAL_SMOKE_S="5", CAL_BUDGET_S="5", SMOKE_S="5",
+               BUDGET_S="5", SET="quick", TMPDIR=str(tmp_path))
+    r = subprocess.run(["bash", str(GPU / "run_all.sh"), "--dry-run"], cwd=ROOT, capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["RESULTS-gpu.md", "dry.json", "logs.tgz", "run_all.log",
+                                                     "speedup.json"]
+    with tarfile.open(out / "logs.tgz") as t:
+        names = {os.path.basename(n) for n in t.getnames()}
+    assert {"env.log", "smoke.log", "calibrate.log", "speedup.log", "speedup-smoke.json"} <= names
+    assert "calibration exit 0, speedups exit 0" in (out / "run_all.log").read_text()
+    assert not list(tmp_path.glob("taso-gpu-logs.*"))  # (the scratch folder removed)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # the CUDA paths
 
