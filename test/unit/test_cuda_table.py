@@ -124,11 +124,14 @@ def test_no_table_is_a_one_line_error_saying_it_is_not_measured(tables):
         get_cost_model("cuda")
 
 
-def test_the_shipped_folder_has_no_table_until_one_is_measured(monkeypatch):
-    """No table is shipped before a GPU run; when one is, it must say where it was measured, and not be a
-    rehearsal (calibrate.py --dry-run)."""
+def test_the_shipped_tables_are_gpu_measurements(monkeypatch):
+    """A shipped table says where it was measured (GPU, driver, date), is complete, and is not a rehearsal
+    (calibrate.py --dry-run); the H200's, measured 2026-11-27, is shipped."""
     monkeypatch.delenv(CT.TABLES_ENV, raising=False)
+    assert "h200" in CT.shipped_tables()
     for gpu in CT.shipped_tables():
+        raw = json.loads(open(CT.table_path(gpu)).read())
+        assert raw["complete"] and not raw["failed"] and raw["method"]["backend"] == "cuda", gpu
         t = CT.CudaTable.load(CT.table_path(gpu), gpu)
         assert "SYNTHETIC" not in t.device["gpu"] and t.device.get("driver") and t.date
         assert not t.rehearsal(), f"{gpu}.json is a dry-run table (numpy on the CPU), not a GPU measurement"
