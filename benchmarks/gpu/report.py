@@ -30,6 +30,13 @@ def targets() -> dict:
     return {t: 1.0 / (1.0 - row[2] / 100.0) for t, row in TENSAT_TABLE.items()}
 
 
+def label(res: dict, m: dict) -> str:
+    """A model's title, with its name where two models share it (BERT at batch 1 and 16)."""
+    t = m.get("title") or m["name"]
+    same = sum(1 for x in res["models"] if (x.get("title") or x["name"]) == t)
+    return t if same == 1 else f"{t} ({m['name']})"
+
+
 def series(res: dict) -> list:
     """The chart's bars: (label, per-model (value, q1, q3, resolved) or None)."""
     exs = list(res["method"]["executors"])
@@ -107,7 +114,7 @@ def target_table(res: dict) -> str:
             b = max(sp, key=lambda s: s["median"])
             met = "" if t is None else (" (met)" if b["q1"] >= t else " (not met)")
             cells.append(f"{b['median']:.3f}x ({b['q1']:.3f}-{b['q3']:.3f}){met}")
-        lines.append(f"| {m.get('title') or m['name']} | {f'{t:.2f}x' if t else '-'} | " + " | ".join(cells) + " |")
+        lines.append(f"| {label(res, m)} | {f'{t:.2f}x' if t else '-'} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

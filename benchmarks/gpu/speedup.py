@@ -458,6 +458,8 @@ def markdown(res: dict, chart: str = "") -> str:
     out = ["# Measured GPU speedups" + (" (DRY RUN: numpy on the CPU, not a GPU measurement)" if dry else ""), ""]
     out.append(f"- **Date:** {res['date']}; {res['elapsed_s']:.0f} s of a {res['budget_s']:g} s budget"
                f"{'; complete' if res['complete'] else '; INCOMPLETE: ' + str(res.get('stopped') or 'not every model reached')}")
+    if res.get("note"):
+        out.append(f"- **Runs:** {res['note']}")
     out.append(f"- **GPU:** {dev.get('gpu', '?')}; driver {dev.get('driver', '?')}; CUDA runtime "
                f"{dev.get('cuda_runtime', '-')}; cuDNN {dev.get('cudnn', '-')}; cuBLAS {dev.get('cublas', '-')}; "
                f"NVRTC {dev.get('nvrtc', '-')}")
@@ -481,7 +483,9 @@ def markdown(res: dict, chart: str = "") -> str:
     out.append("| " + " | ".join(head) + " |")
     out.append("|" + "---|" * len(head))
     for m in res["models"]:
-        row = [m.get("title") or m["name"], m["status"], str(m.get("rounds", 0))]
+        same = sum(1 for x in res["models"] if (x.get("title") or x["name"]) == (m.get("title") or m["name"]))
+        row = [(m.get("title") or m["name"]) + (f" ({m['name']})" if same > 1 else ""), m["status"],
+               str(m.get("rounds", 0))]
         for v in variants:
             for ex in exs:
                 row.append(_fmt_ratio(((m.get("speedup") or {}).get(ex) or {}).get(v)))
