@@ -157,7 +157,11 @@ def plan(rec: dict) -> Plan:
         return Plan("pool", approx=True, mode="max" if k == "onnx.MaxPool" else "avg", kernel=(kh, kw),
                     strides=(sh, sw), pads=(0, 0, 0, 0), count_include_pad=0)
     if k in ("onnx.Cast", "onnx.Gather"):
+        if _numel(outs[0]) > _numel(ins[0]):  # (a gather that repeats rows: a copy would read past its input)
+            raise Unsupported(f"{k} writing more than its first input holds ({outs[0]} from {ins[0]})")
         return Plan("copy", approx=True)
+    if k == "onnx.Clip" and all(not s for s in ins[1:]):  # (scalar bounds: one elementwise pass, like relu)
+        return Plan("unary", approx=True, fn=_UNARY["relu"])
     raise Unsupported(f"no kernel for {k}")
 
 

@@ -553,3 +553,18 @@ def test_prepared_command_rehearses_end_to_end(tmp_path):
     assert t["name"] == "dry" and t["counts"]["measured"] > 0 and t["elapsed_s"] < 8 + 5
     assert "smoke exit 0, calibration exit 0" in (out / "calibrate.log").read_text()
     assert "numpy" in (out / "env.log").read_text()
+
+
+def test_a_gather_that_writes_more_than_its_input_is_unsupported_and_clip_is_an_elementwise_pass():
+    """A plan's copy reads as many elements as it writes: a Gather repeating rows (an embedding of two
+    token types read at 256 positions) would read past its input on the GPU, so it is unsupported (the
+    fitted model prices it); a Clip of scalar bounds is one elementwise pass, timed as a ReLU."""
+    rec = {"kind": "onnx.Gather", "attrs": [], "in_shapes": [[2, 256], [2, 128]], "out_shapes": [[2, 128, 256]],
+           "dtype": "f32"}
+    with pytest.raises(cal.Unsupported, match="more than its first input"):
+        cal.plan(rec)
+    rec = dict(rec, in_shapes=[[8192, 256], [2, 128]])
+    assert cal.plan(rec).op == "copy"
+    pl = cal.plan({"kind": "onnx.Clip", "attrs": [], "in_shapes": [[1, 1280, 7, 7], [], []],
+                   "out_shapes": [[1, 1280, 7, 7]], "dtype": "f32"})
+    assert pl.op == "unary" and pl.approx
