@@ -296,13 +296,7 @@ def _run_checked(module_op, f, setup: dict, opts: dict) -> dict:
         check.update(kept="search result", time_s=round(time.monotonic() - tick, 3))
         return fr
 
-    def restore():
-        g = backup.clone()
-        ir.InsertionPoint(f).insert(g)
-        erase_op(f)
-        return g
-
-    f = restore()
+    f = _restore(f, backup)
     no_splits = dict(setup, rws=[rw for rw in setup["rws"] if not S.introduces_split(rw)])
     fr2, f = _run_pipeline(f, no_splits, opts)
     if _changed(fr2):
@@ -316,9 +310,17 @@ def _run_checked(module_op, f, setup: dict, opts: dict) -> dict:
                 fr2["search_s"] = round(fr2["search_s"] + fr["search_s"], 3)  # both searches ran
                 check.update(kept="search without splits", time_s=round(time.monotonic() - tick, 3))
                 return fr2
-    _keep_input(restore(), fr, setup)
+    _keep_input(_restore(f, backup), fr, setup)
     check.update(kept="input", time_s=round(time.monotonic() - tick, 3))
     return fr
+
+
+def _restore(f: ir.Operation, backup: ir.Operation) -> ir.Operation:
+    """A clone of ``backup`` (the function as it was, detached) in ``f``'s place; ``f`` erased."""
+    g = backup.clone()
+    ir.InsertionPoint(f).insert(g)
+    erase_op(f)
+    return g
 
 
 def _keep_input(f: ir.Operation, fr: dict, setup: dict) -> None:
@@ -346,9 +348,7 @@ def _run_never_worse(f: ir.Operation, setup: dict, opts: dict) -> dict:
     before, after = fr["cost_before_ms"], fr["cost_after_ms"]
     if after <= before * (1 + 1e-9) + 1e-12:
         return fr
-    g = backup.clone()
-    ir.InsertionPoint(f).insert(g)
-    erase_op(f)
+    g = _restore(f, backup)
     fr["input_kept"] = {"cost_ms": after, "why": f"the pipeline's result costs {after:.6g} ms as written, more "
                         f"than the input's {before:.6g} ms"}
     _keep_input(g, fr, setup)
