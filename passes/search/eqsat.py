@@ -450,11 +450,16 @@ class _OutOfTime(Exception):
 _MATCHERS: dict = {}  # id(rewrite) -> (the rewrite, its matcher): built once a process, kept with their caches
 
 
-def matcher(rw: RB.Rewrite) -> Matcher:
-    hit = _MATCHERS.get(id(rw))
+def _per_rewrite(cache: dict, rw: RB.Rewrite, build):
+    """``build(rw)``, made once a process per rewrite (keyed by its id, checked to be the same rewrite)."""
+    hit = cache.get(id(rw))
     if hit is None or hit[0] is not rw:
-        hit = _MATCHERS[id(rw)] = (rw, Matcher(rw))
+        hit = cache[id(rw)] = (rw, build(rw))
     return hit[1]
+
+
+def matcher(rw: RB.Rewrite) -> Matcher:
+    return _per_rewrite(_MATCHERS, rw, Matcher)
 
 
 def _concrete(kind: str, attr: str, v) -> bool:
@@ -578,11 +583,11 @@ def _extend_chains(eg: EGraph, view: "EView", chains: list, st: Stats, limits: L
     # the siblings are ops made before the round: the index of the e-graph as the chains begin has them
     # (a merged op, made since, is the first root, given)
     idx = Index(eg)
+    oid = functools.partial(_oid, eg)
     while chains and eg.num_nodes() < limits.nodes and time.monotonic() < deadline:
         nxt = []
         for m, op, top in chains:
             opc = eg.canon(op + (0,))[:3]
-            oid = functools.partial(_oid, eg)
             found = m.matches(eg, idx, 1, deadline=deadline, first={op[0]: {opc: None}},
                               second=(lambda o: top < oid(o) < old, oid))
             if not found:
@@ -688,15 +693,16 @@ def _near(eg: EGraph, dirty: set, depth: int) -> dict:
 _PLANS: dict = {}  # id(rewrite) -> (the rewrite, its target's ops and outputs with their refs parsed)
 
 
-def _plan(rw: RB.Rewrite) -> tuple:
+def _target_plan(rw: RB.Rewrite) -> tuple:
     """The target's ops as (kind, [(ref, parsed ref)]) and the outputs as (source result, target ref,
-    parsed target ref): what ``_apply`` reads per match, parsed once a process."""
-    hit = _PLANS.get(id(rw))
-    if hit is None or hit[0] is not rw:
-        ops = [(dop.name, [(ref, G.parse_ref(ref)) for ref in dop.operands]) for dop in rw.dst.ops]
-        outs = [(G.parse_ref(rs), rd, G.parse_ref(rd)) for rs, rd in zip(rw.src.outputs, rw.dst.outputs)]
-        hit = _PLANS[id(rw)] = (rw, (ops, outs))
-    return hit[1]
+    parsed target ref): what ``_apply`` reads per match (``_plan``: parsed once a process)."""
+    ops = [(dop.name, [(ref, G.parse_ref(ref)) for ref in dop.operands]) for dop in rw.dst.ops]
+    outs = [(G.parse_ref(rs), rd, G.parse_ref(rd)) for rs, rd in zip(rw.src.outputs, rw.dst.outputs)]
+    return ops, outs
+
+
+def _plan(rw: RB.Rewrite) -> tuple:
+    return _per_rewrite(_PLANS, rw, _target_plan)
 
 
 def _apply(eg: EGraph, view: EView, rw: RB.Rewrite, ops: list, b: dict, st: Stats,
