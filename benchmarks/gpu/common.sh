@@ -46,3 +46,13 @@ fit() {
   fi
   echo "$s"
 }
+
+# common_args "$@": the settings every run takes: DRY ("--dry-run" where the first argument asks for the
+# rehearsal), PY (the interpreter: $PYTHON, else python3), OUT (the results folder: $OUT, as the device tool
+# sets it, else benchmarks/gpu/out)
+common_args() {
+  DRY=""
+  if [ "${1:-}" = "--dry-run" ]; then DRY="--dry-run"; fi
+  PY=${PYTHON:-python3}
+  OUT=${OUT:-benchmarks/gpu/out}
+}

@@ -13,10 +13,7 @@
 #   PYTHON=.venv/bin/python OUT=rehearsal bash benchmarks/gpu/run_all.sh --dry-run      # the rehearsal, CPU
 set -u
 . "$(dirname "$0")/common.sh"
-DRY=""
-if [ "${1:-}" = "--dry-run" ]; then DRY="--dry-run"; fi
-PY=${PYTHON:-python3}
-OUT=${OUT:-benchmarks/gpu/out}
+common_args "$@"
 if [ -n "$DRY" ]; then NAME=${NAME:-dry}; else NAME=${NAME:-$(gpu_name)}; fi
 # the device tool brings back at most 8 files from $OUT: the table, speedup.json and RESULTS-gpu.md are written
 # there as they are checkpointed, run_all.log too, and the other logs and smoke results go to $LOGS, packed into

@@ -13,10 +13,7 @@
 # passes/cost/tables/$NAME.json to ship it (see docs/benchmarks.md).
 set -u
 . "$(dirname "$0")/common.sh"
-DRY=""
-if [ "${1:-}" = "--dry-run" ]; then DRY="--dry-run"; fi
-PY=${PYTHON:-python3}
-OUT=${OUT:-benchmarks/gpu/out}
+common_args "$@"
 # the table's name: the GPU's (h100, h200, ...: the device tool may hand out an H200 where no H100 is free)
 if [ -n "$DRY" ]; then
   NAME=${NAME:-dry}

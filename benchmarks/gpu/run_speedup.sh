@@ -15,10 +15,7 @@
 # `python benchmarks/gpu/report.py` on the CPU for the chart and benchmarks/RESULTS-gpu.md.
 set -u
 . "$(dirname "$0")/common.sh"
-DRY=""
-if [ "${1:-}" = "--dry-run" ]; then DRY="--dry-run"; fi
-PY=${PYTHON:-python3}
-OUT=${OUT:-benchmarks/gpu/out}
+common_args "$@"
 SMOKE_S=${SMOKE_S:-20}
 BUDGET_S=${BUDGET_S:-200}
 SET=${SET:-full}
