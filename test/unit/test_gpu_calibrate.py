@@ -1,8 +1,9 @@
-"""The GPU calibration runner (benchmarks/gpu/calibrate.py, issue 24), rehearsed on the CPU: every dumped kind has
-a kernel plan whose shapes match the signature, the dry run's loop checkpoints, stops at its budget, resumes and
-survives failing or hanging signatures, its table is what ``cost-model=cuda:<gpu>`` reads, the NVRTC kernels'
-source computes the right thing (compiled for the CPU), and the script imports nothing the GPU machine lacks.
-The CUDA backend itself runs only where a GPU is (skipped here with the reason)."""
+"""The GPU calibration runner (benchmarks/gpu/calibrate.py, issue 24) and its kernel layer
+(passes/cost/cuda_kernels.py), rehearsed on the CPU: every dumped kind has a kernel plan whose shapes match the
+signature, the dry run's loop checkpoints, stops at its budget, resumes and survives failing or hanging
+signatures, its table is what ``cost-model=cuda:<gpu>`` reads, the NVRTC kernels' source computes the right thing
+(compiled for the CPU), and the script and the kernel layer import nothing the GPU machine lacks. The CUDA
+backend itself runs only where a GPU is (skipped here with the reason)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu" / "calibrate.py"
+KERNEL_LAYER = ROOT / "passes" / "cost" / "cuda_kernels.py"
 SIGS = ROOT / "benchmarks" / "gpu" / "signatures.jsonl"
 RUN = ROOT / "benchmarks" / "gpu" / "run_h100.sh"
 
@@ -33,6 +35,7 @@ def _load():
 
 
 cal = _load()
+K = cal.K  # the kernel layer, as the script loads it (by its path)
 
 
 def records():
@@ -66,47 +69,47 @@ def test_every_dumped_kind_has_a_kernel_plan():
     unsupported = {}
     for r in recs:
         try:
-            cal.plan(r)
-        except cal.Unsupported as e:
+            K.plan(r)
+        except K.Unsupported as e:
             unsupported.setdefault(r["kind"], str(e))
     assert not unsupported, unsupported
     assert {"conv2d", "matmul", "concat", "split", "transpose", "ewadd", "relu", "maxpool2d", "batchnorm"} <= set(kinds)
 
 
 def test_unknown_kinds_and_integer_ops_are_unsupported_not_dropped():
-    with pytest.raises(cal.Unsupported, match="no kernel for onnx.NonMaxSuppression"):
-        cal.plan({"kind": "onnx.NonMaxSuppression", "attrs": [], "in_shapes": [[1, 4]], "out_shapes": [[1, 4]],
+    with pytest.raises(K.Unsupported, match="no kernel for onnx.NonMaxSuppression"):
+        K.plan({"kind": "onnx.NonMaxSuppression", "attrs": [], "in_shapes": [[1, 4]], "out_shapes": [[1, 4]],
                   "dtype": "f32"})
-    with pytest.raises(cal.Unsupported, match="only float kernels"):
-        cal.plan({"kind": "ewadd", "attrs": [], "in_shapes": [[4], [4]], "out_shapes": [[4]], "dtype": "si64"})
+    with pytest.raises(K.Unsupported, match="only float kernels"):
+        K.plan({"kind": "ewadd", "attrs": [], "in_shapes": [[4], [4]], "out_shapes": [[4]], "dtype": "si64"})
     # a view of integers launches nothing: it is measured (0), not unsupported
-    assert cal.plan({"kind": "onnx.Unsqueeze", "attrs": [], "in_shapes": [[2, 3], [1]], "out_shapes": [[2, 1, 3]],
+    assert K.plan({"kind": "onnx.Unsqueeze", "attrs": [], "in_shapes": [[2, 3], [1]], "out_shapes": [[2, 1, 3]],
                      "dtype": "si64"}).op == "view"
 
 
 def test_dry_kernels_give_every_signatures_shapes():
     """The plan of the smallest signature of each kind, run by numpy, gives the signature's result shapes (a
     misread attribute would not)."""
-    be = cal.DryBackend(None)
+    be = K.DryBackend(None)
     by = {}
     for r in records():
         if r["kind"] not in by or cal.work(r) < cal.work(by[r["kind"]]):
             by[r["kind"]] = r
     for r in by.values():
-        prep = be.prepare(r, cal.plan(r))  # raises on a shape mismatch
+        prep = be.prepare(r, K.plan(r))  # raises on a shape mismatch
         assert [tuple(y.shape) for y in prep.outputs()] == [tuple(s) for s in r["out_shapes"]]
 
 
 def test_generic_maxpool_window_is_inferred_from_the_shapes():
-    p = cal.plan({"kind": "onnx.MaxPool", "attrs": [], "in_shapes": [[1, 64, 111, 111]],
+    p = K.plan({"kind": "onnx.MaxPool", "attrs": [], "in_shapes": [[1, 64, 111, 111]],
                   "out_shapes": [[1, 64, 55, 55]], "dtype": "f32"})
     assert p.approx and p.p["kernel"] == (3, 3) and p.p["strides"] == (2, 2)
 
 
 def test_broadcast_strides():
-    assert cal._bstrides((1, 256, 1, 1), (1, 256, 14, 14)) == [0, 1, 0, 0]
-    assert cal._bstrides((14,), (2, 3, 14)) == [0, 0, 1]
-    assert cal._bstrides((), (2, 3)) == [0, 0]
+    assert K._bstrides((1, 256, 1, 1), (1, 256, 14, 14)) == [0, 1, 0, 0]
+    assert K._bstrides((14,), (2, 3, 14)) == [0, 0, 1]
+    assert K._bstrides((), (2, 3)) == [0, 0]
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler to run the kernels' source on the CPU")
@@ -121,7 +124,7 @@ def test_nvrtc_kernel_source_computes_the_reference_on_the_cpu(tmp_path):
             "static long long clock64() { return 0; }\nstatic float rsqrtf(float v) { return 1.f / sqrtf(v); }\n"
             "#define __global__\n#define __restrict__\n")
     src = tmp_path / "k.cpp"
-    src.write_text(stub + cal.KERNELS)
+    src.write_text(stub + K.KERNELS)
     lib = tmp_path / "k.so"
     r = subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-o", str(lib), str(src)],
                        capture_output=True, text=True)
@@ -148,7 +151,7 @@ def test_nvrtc_kernel_source_computes_the_reference_on_the_cpu(tmp_path):
     assert np.allclose(y, s - a)
     x, c = f32(2, 5, 3, 3), f32(1, 5, 1, 1)
     y = np.zeros_like(x)
-    meta = np.array(list(x.shape) + cal._bstrides(x.shape, x.shape) + cal._bstrides(c.shape, x.shape), np.int64)
+    meta = np.array(list(x.shape) + K._bstrides(x.shape, x.shape) + K._bstrides(c.shape, x.shape), np.int64)
     k.bbc_mul(P(y), P(x), P(c), L(x.size), ctypes.c_int(4), P(meta))
     assert np.allclose(y, x * c)
     # unary
@@ -166,7 +169,7 @@ def test_nvrtc_kernel_source_computes_the_reference_on_the_cpu(tmp_path):
     # transpose
     perm = (0, 2, 3, 1)
     yt = np.zeros(tuple(x.shape[p] for p in perm), np.float32)
-    st = cal._strides(x.shape)
+    st = K._strides(x.shape)
     meta = np.array(list(yt.shape) + [st[p] for p in perm], np.int64)
     k.transpose(P(yt), P(x), L(yt.size), ctypes.c_int(4), P(meta))
     assert np.array_equal(yt, np.transpose(x, perm))
@@ -276,7 +279,7 @@ def _fake_cuda_core(monkeypatch, old_api: bool, fail_launch: bool = False):
 @pytest.mark.parametrize("old_api", [False, True])
 def test_nvrtc_launches_through_either_cuda_core_launch_form(monkeypatch, old_api):
     calls, Stream = _fake_cuda_core(monkeypatch, old_api)
-    nv = cal._Nvrtc(0, 132, cc_stream=Stream())
+    nv = K._Nvrtc(0, 132, cc_stream=Stream())
     assert nv.via == "cuda.core" and not nv.errors
     for _ in range(2):  # the form found on the first launch is kept
         nv.launch("b4_add", 10_000_000, np.uint64(1), np.uint64(2), np.uint64(3), np.int64(10_000_000))
@@ -300,7 +303,7 @@ def test_nvrtc_falls_through_to_cupy_when_cuda_core_launches_fail(monkeypatch):
     cupy.RawModule = lambda code, options: types.SimpleNamespace(get_function=lambda name: Fn())
     cupy.cuda = types.SimpleNamespace(ExternalStream=lambda ptr: ("stream", ptr))
     monkeypatch.setitem(sys.modules, "cupy", cupy)
-    nv = cal._Nvrtc(7, 132, selftest=lambda nv: nv.launch("b_add", 1000, np.uint64(1), np.int64(1000)))
+    nv = K._Nvrtc(7, 132, selftest=lambda nv: nv.launch("b_add", 1000, np.uint64(1), np.int64(1000)))
     assert nv.via == "cupy" and "CUDA_ERROR_INVALID_VALUE" in nv.errors["cuda.core"]
     assert launched[0] == ((4,), (256,), (np.uint64(1), np.int64(1000)), ("stream", 7))
 
@@ -320,18 +323,18 @@ def test_timing_event_options_for_either_cuda_core_generation():
         busy_waited_sync: bool = False
         ipc_enabled: bool = False
 
-    assert cal.timing_event_options(New).timing_enabled and cal.timing_event_options(Old).enable_timing
+    assert K.timing_event_options(New).timing_enabled and K.timing_event_options(Old).enable_timing
 
 
 def test_cuda_core_options_use_only_fields_the_api_has():
-    """Every keyword the script gives EventOptions, LaunchConfig and ProgramOptions is one of the fields of
+    """Every keyword the kernel layer gives EventOptions, LaunchConfig and ProgramOptions is one of the fields of
     cuda.core's dataclasses (a wrong one is a TypeError on the GPU only)."""
     fields = {"EventOptions": {"enable_timing", "busy_waited_sync", "ipc_enabled",  # 0.x
                                "timing_enabled", "blocking_sync"},  # 1.x (the GPU machine: 1.2.0)
               "LaunchConfig": {"grid", "cluster", "block", "shmem_size", "is_cooperative", "stream"},
               "ProgramOptions": {"arch", "std"}}
     seen = set()
-    for node in ast.walk(ast.parse(SCRIPT.read_text())):
+    for node in ast.walk(ast.parse(KERNEL_LAYER.read_text())):
         if isinstance(node, ast.Call):
             f = node.func
             name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
@@ -488,16 +491,17 @@ def test_smoke_prints_a_checked_table(tmp_path):
 
 
 def test_short_names():
-    assert cal.short_name("NVIDIA H100 80GB HBM3") == "h100"
-    assert cal.short_name("NVIDIA H200") == "h200"
-    assert cal.short_name("NVIDIA A100-SXM4-40GB") == "a100"
-    assert cal.short_name("Tesla T4") == "t4"
+    assert K.short_name("NVIDIA H100 80GB HBM3") == "h100"
+    assert K.short_name("NVIDIA H200") == "h200"
+    assert K.short_name("NVIDIA A100-SXM4-40GB") == "a100"
+    assert K.short_name("Tesla T4") == "t4"
 
 
-def test_the_script_imports_only_what_the_gpu_machine_has():
+@pytest.mark.parametrize("path", [SCRIPT, KERNEL_LAYER], ids=["calibrate.py", "cuda_kernels.py"])
+def test_the_script_imports_only_what_the_gpu_machine_has(path):
     """The standard library and numpy at the top; torch, cupy and cuda-python inside the CUDA backend; never
-    taso_mlir (not installed there)."""
-    tree = ast.parse(SCRIPT.read_text())
+    taso_mlir (not installed there): the script and the kernel layer it loads by path."""
+    tree = ast.parse(path.read_text())
     top, inner = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -509,15 +513,19 @@ def test_the_script_imports_only_what_the_gpu_machine_has():
 
 
 def test_the_script_runs_without_the_package(tmp_path):
-    """Run from a copy outside the repository with taso_mlir unimportable: the dry smoke still works."""
+    """Run from a copy outside the repository (the script, its signatures and the kernel layer where the
+    script finds it) with taso_mlir unimportable: the dry smoke still works."""
     d = tmp_path / "alone"
-    d.mkdir()
-    shutil.copy(SCRIPT, d / "calibrate.py")
-    shutil.copy(SIGS, d / "signatures.jsonl")
+    (d / "benchmarks" / "gpu").mkdir(parents=True)
+    (d / "passes" / "cost").mkdir(parents=True)
+    shutil.copy(SCRIPT, d / "benchmarks" / "gpu" / "calibrate.py")
+    shutil.copy(SIGS, d / "benchmarks" / "gpu" / "signatures.jsonl")
+    shutil.copy(KERNEL_LAYER, d / "passes" / "cost" / "cuda_kernels.py")
     (d / "taso_mlir.py").write_text("raise ImportError('taso_mlir must not be imported here')\n")
     env = dict(os.environ, PYTHONPATH=str(d))
-    r = subprocess.run([sys.executable, str(d / "calibrate.py"), "--dry-run", "--smoke", "3", "--check-work", "1e5",
-                        "--out", str(d / "s.json")], capture_output=True, text=True, env=env, cwd=d, timeout=300)
+    r = subprocess.run([sys.executable, str(d / "benchmarks" / "gpu" / "calibrate.py"), "--dry-run", "--smoke", "3",
+                        "--check-work", "1e5", "--out", str(d / "s.json")], capture_output=True, text=True, env=env,
+                       cwd=d, timeout=300)
     assert r.returncode == 0, r.stderr
 
 
@@ -561,10 +569,10 @@ def test_a_gather_that_writes_more_than_its_input_is_unsupported_and_clip_is_an_
     fitted model prices it); a Clip of scalar bounds is one elementwise pass, timed as a ReLU."""
     rec = {"kind": "onnx.Gather", "attrs": [], "in_shapes": [[2, 256], [2, 128]], "out_shapes": [[2, 128, 256]],
            "dtype": "f32"}
-    with pytest.raises(cal.Unsupported, match="more than its first input"):
-        cal.plan(rec)
+    with pytest.raises(K.Unsupported, match="more than its first input"):
+        K.plan(rec)
     rec = dict(rec, in_shapes=[[8192, 256], [2, 128]])
-    assert cal.plan(rec).op == "copy"
-    pl = cal.plan({"kind": "onnx.Clip", "attrs": [], "in_shapes": [[1, 1280, 7, 7], [], []],
+    assert K.plan(rec).op == "copy"
+    pl = K.plan({"kind": "onnx.Clip", "attrs": [], "in_shapes": [[1, 1280, 7, 7], [], []],
                    "out_shapes": [[1, 1280, 7, 7]], "dtype": "f32"})
     assert pl.op == "unary" and pl.approx
