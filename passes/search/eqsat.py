@@ -472,78 +472,108 @@ def _concrete(kind: str, attr: str, v) -> bool:
 
 
 def saturate(eg: EGraph, rewrites: list, limits: Limits, log=None) -> Stats:
-    st = Stats()
-    t0 = time.monotonic()
-    view = EView(eg)
-    matchers = [(rw, matcher(rw)) for rw in rewrites]
-    seen: set = set()  # matches tried (applied, or refused by the site check), canonical
-    depth = max((len(rw.src.ops) for rw in rewrites), default=1)
-    eg.take_dirty()
-    for it in range(limits.iterations):
-        idx = Index(eg)
-        old = len(eg.parent)
-        present = set(idx.by_kind)
-        near = None
-        if it > 0:  # a new match has an op within ``depth`` above a class made or merged since
-            near = _near(eg, eg.take_dirty(), depth)
-        else:
-            eg.take_dirty()
-        found_all = []
-        for rw, m in matchers:  # read: every rewrite's matches in the e-graph as the round began
-            if len(rw.src.outputs) > 1 and it >= limits.k_multi:
-                continue
-            if not RB.kinds_ok(rw, present) or not m.edges <= idx.edges:
-                continue
-            found = m.matches(eg, idx, limits.matches_per_rewrite, near, t0 + limits.time_s)
-            st.matches += len(found)
-            found_all.append((rw, m, found))
-            if time.monotonic() - t0 > limits.time_s:
-                break
-        changed = False
-        chains: list = []  # (matcher, the merged op, the id of the last sibling in it)
-        for rw, m, found in found_all:  # write: apply them
-            starts = _chain_starts(eg, m, found) if limits.chains and len(m.roots) == 2 else {}
-            for i, (ops, b) in enumerate(found):
-                key = (rw.id, tuple(eg.canon(op + (0,)) for op in ops),
-                       tuple(sorted((v, eg.find(c)) for v, c in b.items())))
-                if key in seen:
-                    continue
-                seen.add(key)
-                made: Optional[list] = [] if i in starts else None
-                if _apply(eg, view, rw, list(ops), b, st, made):
-                    changed = True
-                    merged = _merged_op(m, made)
-                    if merged is not None:
-                        chains.append((m, merged, starts[i]))
-                if eg.num_nodes() >= limits.nodes:
-                    break
-            if eg.num_nodes() >= limits.nodes or time.monotonic() - t0 > limits.time_s:
-                break
-        if chains and _extend_chains(eg, view, chains, st, limits, t0 + limits.time_s, old):
-            changed = True
-        # the cleanup's exact identity (not a rule), so extraction sees what cleanup would write
-        if eg.num_nodes() < limits.nodes and lift_elementwise(eg, idx, st, limits.nodes):
-            changed = True
-        eg.rebuild()
-        st.iterations = it + 1
-        if log:
-            log(f"iteration {it + 1}: {eg.num_nodes()} e-nodes, {len(eg.classes())} e-classes")
-        if eg.num_nodes() >= limits.nodes:
-            st.stop = "nodes"
-            break
-        if st.matches >= limits.matches:
-            st.stop = "matches"
-            break
-        if time.monotonic() - t0 > limits.time_s:
-            st.stop = "time"
-            break
-        if not changed:
+    """Saturate ``eg`` with ``rewrites`` within ``limits`` (``Saturation``: one call)."""
+    return Saturation(eg, rewrites, log).run(limits)
+
+
+class Saturation:
+    """Rounds of saturation of one e-graph that can go on where they stopped: ``run`` with a larger
+    ``iterations`` limit continues from the rounds already done (the matches tried, the classes changed
+    since the last round, the round count that ``k_multi`` reads), so that N rounds and then M more are
+    the rounds ``run`` to N + M makes at once. The e-graph may be read in between (extraction: only its
+    ``blocked`` e-nodes change, which saturation does not read)."""
+
+    def __init__(self, eg: EGraph, rewrites: list, log=None):
+        self.eg = eg
+        self.rewrites = rewrites
+        self.log = log
+        self.seen: set = set()  # matches tried (applied, or refused by the site check), canonical
+        self.depth = max((len(rw.src.ops) for rw in rewrites), default=1)
+        self.it = 0  # rounds done
+        self.done = False  # saturated (a round changed nothing): more rounds change nothing either
+        eg.take_dirty()
+
+    def run(self, limits: Limits) -> Stats:
+        """Rounds until ``limits.iterations`` rounds are done in all (or another limit of ``limits``, which
+        count this call's work only); the Stats of this call's rounds."""
+        eg, log, seen, depth = self.eg, self.log, self.seen, self.depth
+        st = Stats()
+        t0 = time.monotonic()
+        st.iterations = self.it
+        if self.done:
             st.stop = "saturated"
-            break
-    else:
-        st.stop = "iterations"
-    st.time_s = time.monotonic() - t0
-    return st
+        view = EView(eg)
+        while not self.done and self.it < limits.iterations:
+            it = self.it
+            idx = Index(eg)
+            old = len(eg.parent)
+            present = set(idx.by_kind)
+            near = None
+            if it > 0:  # a new match has an op within ``depth`` above a class made or merged since
+                near = _near(eg, eg.take_dirty(), depth)
+            else:
+                eg.take_dirty()
+            found_all = []
+            for rw in self.rewrites:  # read: every rewrite's matches in the e-graph as the round began
+                if len(rw.src.outputs) > 1 and it >= limits.k_multi:
+                    continue
+                if not RB.kinds_ok(rw, present):
+                    continue
+                m = matcher(rw)  # (made for the rewrites whose kinds a round has: few of them)
+                if not m.edges <= idx.edges:
+                    continue
+                found = m.matches(eg, idx, limits.matches_per_rewrite, near, t0 + limits.time_s)
+                st.matches += len(found)
+                found_all.append((rw, m, found))
+                if time.monotonic() - t0 > limits.time_s:
+                    break
+            changed = False
+            chains: list = []  # (matcher, the merged op, the id of the last sibling in it)
+            for rw, m, found in found_all:  # write: apply them
+                starts = _chain_starts(eg, m, found) if limits.chains and len(m.roots) == 2 else {}
+                for i, (ops, b) in enumerate(found):
+                    key = (rw.id, tuple(eg.canon(op + (0,)) for op in ops),
+                           tuple(sorted((v, eg.find(c)) for v, c in b.items())))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    made: Optional[list] = [] if i in starts else None
+                    if _apply(eg, view, rw, list(ops), b, st, made):
+                        changed = True
+                        merged = _merged_op(m, made)
+                        if merged is not None:
+                            chains.append((m, merged, starts[i]))
+                    if eg.num_nodes() >= limits.nodes:
+                        break
+                if eg.num_nodes() >= limits.nodes or time.monotonic() - t0 > limits.time_s:
+                    break
+            if chains and _extend_chains(eg, view, chains, st, limits, t0 + limits.time_s, old):
+                changed = True
+            # the cleanup's exact identity (not a rule), so extraction sees what cleanup would write
+            if eg.num_nodes() < limits.nodes and lift_elementwise(eg, idx, st, limits.nodes):
+                changed = True
+            eg.rebuild()
+            self.it = st.iterations = it + 1
+            if log:
+                log(f"iteration {it + 1}: {eg.num_nodes()} e-nodes, {len(eg.classes())} e-classes")
+            if eg.num_nodes() >= limits.nodes:
+                st.stop = "nodes"
+                break
+            if st.matches >= limits.matches:
+                st.stop = "matches"
+                break
+            if time.monotonic() - t0 > limits.time_s:
+                st.stop = "time"
+                break
+            if not changed:
+                self.done = True
+                st.stop = "saturated"
+                break
+        else:
+            if not self.done:
+                st.stop = "iterations"
+        st.time_s = time.monotonic() - t0
+        return st
 
 
 def _oid(eg: EGraph, op: tuple) -> int:

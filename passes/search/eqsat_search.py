@@ -36,39 +36,63 @@ def limits_of(opts: dict) -> E.Limits:
                     chains=bool(opts.get("eqsat-chains", True)), matches=int(opts.get("eqsat-matches", 300_000)))
 
 
+class Search:
+    """One e-graph of the function as it is: saturated (``saturate``, which can go on to more rounds
+    where an extraction found nothing cheaper) and extracted (``extract``)."""
+
+    def __init__(self, f: ir.Operation, st: FuncState):
+        self.f, self.st = f, st
+        self.g0, self.mops = T.from_function(f, st.written)
+        self.eg, self.cls = E.from_graph(self.g0)
+        self.sat = E.Saturation(self.eg, st.rws)
+        self.written = False
+
+    def saturate(self, lim: E.Limits) -> E.Stats:
+        """Rounds until ``lim.iterations`` are done in all (``E.Saturation.run``)."""
+        self.eg.blocked = set()  # (the last extraction's cycle filter: made again below)
+        return self.sat.run(lim)
+
+    def extract(self, stats: E.Stats, ilp_time: float, bar: float = math.inf) -> dict:
+        """Extract, and write the result into ``f`` where it is cheaper than ``f`` as the e-graph prices it
+        and than ``bar`` (the last round's result); returns what the report says of it (``stats``: the
+        saturation's since the last extraction)."""
+        tick = time.monotonic()
+        eg, cls, g0, st = self.eg, self.cls, self.g0, self.st
+        blocked = eg.filter_cycles()
+        roots = [eg.find(cls[v]) for v in g0.outputs]
+        costs = X.Costs(eg, st.written)
+        input_choice: dict = {}
+        original: dict = {}  # canonical op key -> node id of the input
+        for (nid, j), c in cls.items():
+            n = g0.nodes[nid]
+            op = _op_key(eg, n, nid, cls)
+            original.setdefault(op, nid)
+            input_choice.setdefault(eg.find(c), []).append(op + (j,))
+        ex = X.extract(eg, costs, roots, input_choice, ilp_time)
+        better = ex.cost < min(ex.input_cost, bar) - 1e-12
+        new_ops = write(self.f, eg, ex, g0, self.mops, original, cls) if better else 0
+        self.written = self.written or better
+        return {
+            "enodes": eg.num_nodes(), "eclasses": len(eg.classes()), "iterations": self.sat.it,
+            "stop": stats.stop, "matches": stats.matches, "applied": stats.applied,
+            "lifted": stats.lifted, "saturation_s": round(stats.time_s, 3),
+            "extraction": ex.method, "status": ex.status, "cost_ms": ex.cost, "bound_ms": ex.bound,
+            "gap": ex.gap, "cycle_cuts": ex.cuts, "blocked": blocked, "solve_s": round(ex.solve_s, 3),
+            "new_ops": new_ops, "rejected": dict(sorted(stats.rejected.items(), key=lambda kv: -kv[1])[:8]),
+            "time_s": round(time.monotonic() - tick + stats.time_s, 3), "input_cost_ms": ex.input_cost,
+            "written": better,
+        }
+
+
 def search(f: ir.Operation, st: FuncState, lim: E.Limits = None, ilp_time: float = None,
            bar: float = math.inf) -> dict:
     """Saturate, extract and write the result into ``f`` where it is cheaper than ``f`` as the e-graph
     prices it and than ``bar`` (the last round's result); returns what the report says of it."""
-    tick = time.monotonic()
-    g0, mops = T.from_function(f, st.written)
-    eg, cls = E.from_graph(g0)
+    s = Search(f, st)
     lim = lim or limits_of(st.opts)
-    stats = E.saturate(eg, st.rws, lim)
-    blocked = eg.filter_cycles()
-    roots = [eg.find(cls[v]) for v in g0.outputs]
-    costs = X.Costs(eg, st.written)
-    input_choice: dict = {}
-    original: dict = {}  # canonical op key -> node id of the input
-    for (nid, j), c in cls.items():
-        n = g0.nodes[nid]
-        op = _op_key(eg, n, nid, cls)
-        original.setdefault(op, nid)
-        input_choice.setdefault(eg.find(c), []).append(op + (j,))
     if ilp_time is None:
         ilp_time = float(st.opts.get("eqsat-ilp-time", 30.0))
-    ex = X.extract(eg, costs, roots, input_choice, ilp_time)
-    better = ex.cost < min(ex.input_cost, bar) - 1e-12
-    new_ops = write(f, eg, ex, g0, mops, original, cls) if better else 0
-    return {
-        "enodes": eg.num_nodes(), "eclasses": len(eg.classes()), "iterations": stats.iterations,
-        "stop": stats.stop, "matches": stats.matches, "applied": stats.applied,
-        "lifted": stats.lifted, "saturation_s": round(stats.time_s, 3),
-        "extraction": ex.method, "status": ex.status, "cost_ms": ex.cost, "bound_ms": ex.bound,
-        "gap": ex.gap, "cycle_cuts": ex.cuts, "blocked": blocked, "solve_s": round(ex.solve_s, 3), "new_ops": new_ops,
-        "rejected": dict(sorted(stats.rejected.items(), key=lambda kv: -kv[1])[:8]),
-        "time_s": round(time.monotonic() - tick, 3), "input_cost_ms": ex.input_cost, "written": better,
-    }
+    return s.extract(s.saturate(lim), ilp_time, bar)
 
 
 def _op_key(eg: E.EGraph, n: T.Node, nid: int, cls: dict) -> tuple:
@@ -139,8 +163,10 @@ def _run(st: FuncState) -> None:
     lim = limits_of(st.opts)
     restarts = int(st.opts.get("eqsat-restarts", 8))
     step = min(lim.iterations, int(st.opts.get("eqsat-step", 2)))
+    ilp_time = float(st.opts.get("eqsat-ilp-time", 30.0))
     t0 = time.monotonic()
-    rep = search(st.f, st, dataclasses.replace(lim, iterations=step))
+    s = Search(st.f, st)
+    rep = s.extract(s.saturate(dataclasses.replace(lim, iterations=step)), ilp_time)
     rep["depth"] = step
     rounds = [_round(rep)]
     matches = rep["matches"]
@@ -149,13 +175,16 @@ def _run(st: FuncState) -> None:
             break
         if rep["written"]:
             depth = step
+            s = Search(st.f, st)  # a restart: the e-graph of the graph just written
         elif rep["depth"] < lim.iterations:
-            depth = lim.iterations  # a shallow round found nothing: look deeper from the same graph
+            # a shallow round found nothing: look deeper from the same graph, in the same e-graph (its
+            # rounds go on: the same e-graph a restart saturated to this depth would have)
+            depth = lim.iterations
         else:
             break
         left = max(0.1, lim.time_s - (time.monotonic() - t0))
-        rep = search(st.f, st, dataclasses.replace(lim, iterations=depth, time_s=left, matches=lim.matches - matches),
-                     min(float(st.opts.get("eqsat-ilp-time", 30.0)), max(0.5, left)), bar=rep["cost_ms"])
+        stats = s.saturate(dataclasses.replace(lim, iterations=depth, time_s=left, matches=lim.matches - matches))
+        rep = s.extract(stats, min(ilp_time, max(0.5, left)), bar=rep["cost_ms"])
         rep["depth"] = depth
         rounds.append(_round(rep))
         matches += rep["matches"]

@@ -154,24 +154,39 @@ def test_limits_are_honoured(tmp_path):
     _same_numbers(tmp_path, r["src"], r["out"])
 
 
-def _scripted_run(monkeypatch, written: list, opts: dict) -> list:
-    """``eqsat_search._run`` with its searches scripted: the n-th writes a cheaper graph where
-    ``written[n]``; returns the depth (saturation rounds) each search was given."""
+def _scripted_run(monkeypatch, written: list, opts: dict, built: list = None) -> list:
+    """``eqsat_search._run`` with its searches scripted: the n-th extraction writes a cheaper graph where
+    ``written[n]``; returns the depth (saturation rounds in all) each extraction was made at. ``built``:
+    where given, gets the e-graph (its number, from 0) each extraction was made in."""
     from taso_mlir.passes.pipeline import FuncState
     from taso_mlir.passes.search import eqsat_search as ES
 
     depths: list = []
+    graphs: list = []
 
-    def search(f, st, lim=None, ilp_time=None, bar=math.inf):
-        depths.append(lim.iterations)
-        w = written[len(depths) - 1]
-        cost = 10.0 - len(depths) if w else 10.0 - len([x for x in written[:len(depths)] if x])
-        return {"input_cost_ms": cost + (1 if w else 0), "cost_ms": cost, "enodes": 5, "eclasses": 3,
-                "saturation_s": 0.0, "solve_s": 0.0, "status": "Optimal", "cycle_cuts": 0, "blocked": 0,
-                "matches": 1, "applied": 1, "lifted": 0, "stop": "iterations", "written": w, "new_ops": 0,
-                "iterations": lim.iterations, "rejected": {}, "time_s": 0.0}
+    class Search:
+        def __init__(self, f, st):
+            self.n = len({id(g) for g in graphs}) if graphs else 0
+            self.it = 0
+            graphs.append(self)
 
-    monkeypatch.setattr(ES, "search", search)
+        def saturate(self, lim):
+            assert lim.iterations > self.it  # (a continuation goes deeper)
+            self.it = lim.iterations
+            return None
+
+        def extract(self, stats, ilp_time, bar=math.inf):
+            depths.append(self.it)
+            if built is not None:
+                built.append(self.n)
+            w = written[len(depths) - 1]
+            cost = 10.0 - len(depths) if w else 10.0 - len([x for x in written[:len(depths)] if x])
+            return {"input_cost_ms": cost + (1 if w else 0), "cost_ms": cost, "enodes": 5, "eclasses": 3,
+                    "saturation_s": 0.0, "solve_s": 0.0, "status": "Optimal", "cycle_cuts": 0, "blocked": 0,
+                    "matches": 1, "applied": 1, "lifted": 0, "stop": "iterations", "written": w, "new_ops": 0,
+                    "iterations": self.it, "rejected": {}, "time_s": 0.0}
+
+    monkeypatch.setattr(ES, "Search", Search)
     st = FuncState(f=None, opts=opts)
     ES._run(st)
     assert [r["depth"] for r in st.extra["eqsat"]["round_costs"]] == depths
@@ -180,12 +195,16 @@ def _scripted_run(monkeypatch, written: list, opts: dict) -> list:
 
 def test_restarts_saturate_shallow_while_the_cost_drops_then_once_deep(monkeypatch):
     """Each restart's e-graph is saturated eqsat-step rounds while the extracted graph gets cheaper; a
-    shallow one that finds nothing is saturated again to eqsat-iterations from the same graph, and the
-    search stops only when that deep one finds nothing either."""
+    shallow one that finds nothing is saturated on to eqsat-iterations (the same graph, the same
+    e-graph), and the search stops only when that deep one finds nothing either."""
     T, F = True, False
     opts = {"eqsat-iterations": 4, "eqsat-step": 2}
-    assert _scripted_run(monkeypatch, [T, T, F, F], opts) == [2, 2, 2, 4]
-    assert _scripted_run(monkeypatch, [T, F, T, T, F, F], opts) == [2, 2, 4, 2, 2, 4]
+    built: list = []
+    assert _scripted_run(monkeypatch, [T, T, F, F], opts, built) == [2, 2, 2, 4]
+    assert built == [0, 1, 2, 2]  # (a restart after each graph written; the deep round goes on in the last)
+    built.clear()
+    assert _scripted_run(monkeypatch, [T, F, T, T, F, F], opts, built) == [2, 2, 4, 2, 2, 4]
+    assert built == [0, 1, 1, 2, 3, 3]
     assert _scripted_run(monkeypatch, [F, F], opts) == [2, 4]
     # eqsat-step at eqsat-iterations or above: every e-graph to eqsat-iterations, no second look
     assert _scripted_run(monkeypatch, [T, F], {"eqsat-iterations": 4, "eqsat-step": 4}) == [4, 4]
@@ -193,6 +212,42 @@ def test_restarts_saturate_shallow_while_the_cost_drops_then_once_deep(monkeypat
     # eqsat-restarts bounds the searches after the first, the deep ones included
     assert _scripted_run(monkeypatch, [T] * 10, opts | {"eqsat-restarts": 3}) == [2, 2, 2, 2]
     assert _scripted_run(monkeypatch, [F, F], opts | {"eqsat-restarts": 0}) == [2]
+
+
+def _graph(name: str):
+    """The tgraph of the lit test's function @name, priced by the analytic model."""
+    from taso_mlir.dialect.context import make_context
+    from taso_mlir.dialect.mlir import ir
+    from taso_mlir.passes.cost.oracle import get_cost_model
+    from taso_mlir.passes.search import tgraph as T
+
+    with make_context(), ir.Location.unknown():
+        m = ir.Module.parse(_chunk(name))
+        return T.from_function(m.body.operations[0].operation, T.Builder(get_cost_model("analytic")))[0]
+
+
+def test_saturation_goes_on_where_it_stopped():
+    """Two rounds and then two more make the e-graph that four rounds at once make: the same e-nodes and
+    classes, the same matches tried, and the second call's work is only the rounds it adds; an extraction
+    in between (which blocks e-nodes on cycles) changes nothing of it."""
+    from taso_mlir.passes.search import taso_search
+
+    rws = taso_search.rewrites()
+    g0 = _graph("fire_merge")
+    once, _cls = E.from_graph(g0)
+    full = E.Saturation(once, rws).run(E.Limits(iterations=4))
+    twice, _cls = E.from_graph(g0)
+    sat = E.Saturation(twice, rws)
+    first = sat.run(E.Limits(iterations=2))
+    assert sat.it == 2 and first.iterations == 2 and twice.num_nodes() < once.num_nodes()
+    twice.filter_cycles()
+    twice.blocked = set()
+    second = sat.run(E.Limits(iterations=4))
+    assert second.iterations == 4 and sat.it == 4
+    assert twice.memo == once.memo and twice.parent == once.parent
+    assert first.matches + second.matches <= full.matches and second.matches > 0
+    assert first.applied + second.applied == full.applied
+    assert sat.run(E.Limits(iterations=4)).matches == 0  # (nothing left to do at this depth)
 
 
 def test_the_restart_schedule_end_to_end(tmp_path):
