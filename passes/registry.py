@@ -112,7 +112,7 @@ def _run_search(op: ir.Operation, opts: dict) -> None:
     run(op, opts)
 
 
-_TARGETS = "auto, cpu[:<threads>], cuda:<gpu> or analytic[:<device>]"
+_TARGETS = "auto, cpu[:<threads>], cuda, cuda:<gpu> or analytic[:<device>]"
 
 
 def _target_name(v: str) -> bool:
@@ -133,8 +133,9 @@ def search_options() -> tuple:
             (lambda v: v >= 4, "at least 4")),
         PassOption("target", str, "",
             "what to optimize for: auto (the machine this runs on, measured: the CPU in onnxruntime), cpu, "
-            "cpu:<threads>, cuda:<gpu> (per-op times measured on that GPU, from a shipped table, where one has "
-            "been measured), or an analytic profile analytic[:cpu|v100|t4|a100|h100|h200] (an estimate; analytic = "
+            "cpu:<threads>, cuda (per-op times measured on this process's GPU, cached per device), cuda:<gpu> "
+            "(per-op times measured on that GPU, from a shipped table, where one has been measured), or an "
+            "analytic profile analytic[:cpu|v100|t4|a100|h100|h200] (an estimate; analytic = "
             "analytic:t4; a GPU's profile is fitted to its measured table where one is shipped, "
             "analytic:<gpu>:datasheet the hand-set one); unnamed: the TASO_TARGET environment variable, else auto", (_target_name, _TARGETS)),
         PassOption("cost-model", str, "", "the older name of target", (_target_name, _TARGETS)),

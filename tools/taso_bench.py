@@ -70,7 +70,8 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="cost oracle for the search and for model costs (analytic[:<device>]: a roofline "
                          "estimate for a device profile, fitted to the device's measured table where one is "
                          "shipped, analytic:<device>:datasheet the hand-set one; cuda:<gpu>: per-op times "
-                         "measured on that GPU, read from its shipped table; cpu: measured in onnxruntime on "
+                         "measured on that GPU, read from its shipped table; cuda: per-op times measured on this "
+                         "machine's GPU, cached per device; cpu: measured in onnxruntime on "
                          "this machine; default: the pass's, TASO_TARGET else this machine measured; --quick: "
                          "analytic)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",

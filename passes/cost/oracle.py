@@ -30,8 +30,11 @@ Backends (``get_cost_model(spec)``):
   that many cores and are counted in ``estimated``.
 - ``cuda:<gpu>``: per-op latencies measured on that GPU, read from the table ``passes/cost/tables/<gpu>.json``
   (``cuda_table.py``); signatures not in it are estimated by the analytic profile fitted to the table and
-  counted in ``estimated``. Where no table has been measured for ``<gpu>`` it is a one-line error. ``cuda``
-  alone (measuring on this process's GPU) is not built yet: a one-line error.
+  counted in ``estimated``. Where no table has been measured for ``<gpu>`` it is a one-line error.
+- ``cuda``: per-op latencies measured on the GPU this process runs on, as the search asks for them
+  (``cuda_measured.py``, over the kernel layer ``cuda_kernels.py``), cached on disk per device in
+  ``$TASO_CACHE_DIR/cuda-costs.json``; signatures without a kernel are estimated by the GPU's analytic profile
+  and counted in ``estimated``. Without a GPU or without cuda-python it is a one-line error.
 """
 
 from __future__ import annotations
@@ -77,6 +80,63 @@ def _warn(msg: str) -> None:
 _NP_DTYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64}
 
 
+class DiskCache:
+    """Measured costs on disk, ``{"version": 1, "devices": {device: {key: ms}}}`` in one JSON file that
+    processes share: ``get``/``put`` for one device (the measured models' device strings: which CPU, or which
+    GPU, driver and libraries), ``flush`` merges this instance's new entries into the file atomically (temp file
+    and rename; other processes' entries survive). An unreadable file is ignored with a warning, and replaced
+    at the next flush."""
+
+    def __init__(self, path: str, device: str):
+        self.path, self.device = path, device
+        self._new: dict = {}
+        self._disk = self._load().get(device, {})
+
+    def get(self, key: str):
+        """The cached ms of ``key`` on this device, or None."""
+        v = self._disk.get(key)
+        return None if v is None else float(v)
+
+    def put(self, key: str, ms: float) -> None:
+        self._disk[key] = self._new[key] = ms
+
+    def __len__(self) -> int:
+        return len(self._disk)
+
+    def _load(self) -> dict:
+        """The cache file's {device: {key: ms}}; {} if missing, a warning if unreadable."""
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as e:
+            _warn(f"ignoring the unreadable cost cache {self.path} ({one_line(e)})")
+            return {}
+        devices = data.get("devices") if isinstance(data, dict) else None
+        if not isinstance(devices, dict) or not all(
+                isinstance(v, dict) and all(isinstance(x, (int, float)) for x in v.values()) for v in devices.values()):
+            _warn(f"ignoring the cost cache {self.path}: not a taso-mlir cost cache")
+            return {}
+        return devices
+
+    def flush(self) -> None:
+        """Merge the new entries into the file (a warning where it cannot be written)."""
+        if not self._new:
+            return
+        try:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            devices = self._load() if os.path.exists(self.path) else {}  # other processes' entries survive
+            devices.setdefault(self.device, {}).update(self._new)
+            tmp = f"{self.path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"version": 1, "devices": devices}, f, sort_keys=True, indent=0)
+            os.replace(tmp, self.path)
+            self._new = {}
+        except OSError as e:
+            _warn(f"cannot write the cost cache {self.path} ({one_line(e)})")
+
+
 class CpuMeasured(CostModel):
     """Per-signature onnxruntime timings on this machine's CPU, cached on disk per device.
 
@@ -97,27 +157,9 @@ class CpuMeasured(CostModel):
         self.fallback = Analytic(cpu_profile(self.threads))
         self.measured = 0
         self.layouts_measured = 0  # the blocked-layout reorder costs measured (``_reorder``)
-        self.path = os.path.join(cache_dir(), self.CACHE_FILE)
-        self._new: dict = {}
+        self.cache = DiskCache(os.path.join(cache_dir(), self.CACHE_FILE), self.device)
+        self.path = self.cache.path
         self._base_s = None  # the empty-run overhead of a session
-        self._disk = self._load().get(self.device, {})
-
-    def _load(self) -> dict:
-        """The cache file's {device: {signature: ms}}; {} if missing, a warning if unreadable."""
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as e:
-            _warn(f"ignoring the unreadable cost cache {self.path} ({one_line(e)})")
-            return {}
-        devices = data.get("devices") if isinstance(data, dict) else None
-        if not isinstance(devices, dict) or not all(
-                isinstance(v, dict) and all(isinstance(x, (int, float)) for x in v.values()) for v in devices.values()):
-            _warn(f"ignoring the cost cache {self.path}: not a taso-mlir cost cache")
-            return {}
-        return devices
 
     def _cost(self, sig: OpSig) -> float:
         ms = self._op_cost(sig)
@@ -134,8 +176,8 @@ class CpuMeasured(CostModel):
     def _reorder(self, shape: tuple) -> float:
         """The blocked-layout reorders a tensor of this NCHW shape costs between two NCHWc ops, ms."""
         k = json.dumps(["nchwc-reorder", list(shape)], separators=(",", ":"))
-        if k in self._disk:
-            return float(self._disk[k])
+        if self.cache.get(k) is not None:
+            return self.cache.get(k)
         try:
             one, two = _conv_chain_models(shape)
             base = self._base()
@@ -146,13 +188,13 @@ class CpuMeasured(CostModel):
             _warn(f"cannot time the layout reorder of {list(shape)} in onnxruntime ({one_line(e, 160)})")
             ms = 0.0
         self.layouts_measured += 1
-        self._disk[k] = self._new[k] = ms
+        self.cache.put(k, ms)
         return ms
 
     def _op_cost(self, sig: OpSig) -> float:
         k = sig.key()
-        if k in self._disk:
-            return float(self._disk[k])
+        if self.cache.get(k) is not None:
+            return self.cache.get(k)
         ms = None
         model = _one_op_model(sig)
         if model is not None:
@@ -164,7 +206,7 @@ class CpuMeasured(CostModel):
             self.estimated += 1
             return self.fallback.cost(sig)
         self.measured += 1
-        self._disk[k] = self._new[k] = ms
+        self.cache.put(k, ms)
         return ms
 
     def _session(self, model):
@@ -223,20 +265,8 @@ class CpuMeasured(CostModel):
         return self._base_s
 
     def close(self) -> None:
-        """Merge this instance's new timings into the cache file (atomically: temp file + rename)."""
-        if not self._new:
-            return
-        try:
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            devices = self._load() if os.path.exists(self.path) else {}  # other processes' entries survive
-            devices.setdefault(self.device, {}).update(self._new)
-            tmp = f"{self.path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"version": 1, "devices": devices}, f, sort_keys=True, indent=0)
-            os.replace(tmp, self.path)
-            self._new = {}
-        except OSError as e:
-            _warn(f"cannot write the cost cache {self.path} ({one_line(e)})")
+        """Merge this instance's new timings into the cache file."""
+        self.cache.flush()
 
 
 def _conv_chain_models(shape: tuple):
@@ -383,7 +413,8 @@ def target_of(opts: dict) -> str:
 
 def machine_target() -> str:
     """What ``auto`` means here: the machine this process runs on, measured. That is the CPU through
-    onnxruntime: a CUDA-measured oracle does not exist yet, so a GPU present changes nothing."""
+    onnxruntime, with the whole-result latency check, where there is a GPU too: measuring on the GPU
+    (``cuda``) is asked for by name, as the exported model's runtime is not known from here."""
     return "cpu"
 
 
@@ -431,7 +462,7 @@ def get_cost_model(spec: str = "analytic") -> CostModel:
     """``auto`` (the machine this runs on, measured: ``machine_target``), ``analytic`` (= ``analytic:t4``),
     ``analytic:<cpu|t4|v100|a100|h100|h200>`` (a GPU's fitted to its measured table where one exists),
     ``analytic:<gpu>:datasheet`` (the hand-set profile), ``cpu`` (measured, 1 thread), ``cpu:<threads>``,
-    ``cuda:<gpu>`` (a table measured on that GPU, where one exists); ``cuda`` is not available yet."""
+    ``cuda:<gpu>`` (a table measured on that GPU, where one exists), ``cuda`` (measured on this process's GPU)."""
     cm = _make_cost_model(spec)
     for wrap in list(_WRAPPERS):
         cm = wrap(cm)
@@ -441,7 +472,7 @@ def get_cost_model(spec: str = "analytic") -> CostModel:
 def _make_cost_model(spec: str) -> CostModel:
     s = (spec or "analytic").strip().lower()
     valid = (f"auto, analytic, analytic:<{'|'.join(sorted(PROFILES))}>, analytic:<gpu>:datasheet, cpu, "
-             "cpu:<threads>, cuda:<gpu>")
+             "cpu:<threads>, cuda, cuda:<gpu>")
     if s == "auto":
         s = machine_target()
     if s == "analytic":
@@ -470,12 +501,12 @@ def _make_cost_model(spec: str) -> CostModel:
 
         return cuda_table.get(spec, s.split(":", 1)[1])
     if s == "cuda":
-        raise TasoError(f"cost model '{spec}' is not available yet: measuring on this process's GPU is not built; "
-                        "cuda:<gpu> reads a table measured on that GPU, analytic:<gpu> (t4, v100, a100, h100) "
-                        "estimates")
+        from taso_mlir.passes.cost import cuda_measured
+
+        return cuda_measured.get(spec)
     raise TasoError(f"unknown cost model '{spec}' (valid: {valid})")
 
 
 __all__ = ["OpSig", "CostModel", "Analytic", "CpuMeasured", "Profile", "PROFILES", "GPU_PROFILES", "cpu_profile",
            "get_cost_model", "wrapping_cost_models", "unwrap", "target_of", "machine_target", "is_measured",
-           "describe", "TARGET_ENV", "flops", "nbytes", "cache_dir"]
+           "describe", "TARGET_ENV", "flops", "nbytes", "cache_dir", "DiskCache"]

@@ -130,9 +130,8 @@ def test_bad_specs():
         get_cost_model("roofline")
     with pytest.raises(TasoError, match="no device profile 'k80'.*t4"):
         get_cost_model("analytic:k80")
-    for spec in ("cuda", "cuda:a100"):
-        with pytest.raises(TasoError, match="not available"):
-            get_cost_model(spec)
+    with pytest.raises(TasoError, match="not available"):  # (no table measured; cost-model=cuda: test_cuda_measured)
+        get_cost_model("cuda:a100")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -143,10 +143,12 @@ def test_bench_with_a_rehearsal_table(capsys, tmp_path, dry):
         f"{sg['measured']} signatures measured, {sg['estimated']} estimated" in out
 
 
-def test_bench_without_a_table_is_a_one_line_error(capsys, tmp_path, no_tables):
+def test_bench_without_a_table_is_a_one_line_error(capsys, tmp_path, no_tables, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cuda", None)  # (cost-model=cuda without cuda-python, on any machine)
+    monkeypatch.delenv("TASO_CUDA_DRY_RUN", raising=False)
     for spec, want in (("cuda:h100", "cost model 'cuda:h100' is not available: no measured table for 'h100'"),
                        ("cuda:h200", "no measured table for 'h200' ($TASO_CUDA_TABLES/h200.json does not exist"),
-                       ("cuda", "cost model 'cuda' is not available yet")):
+                       ("cuda", "cost model 'cuda' is not available on this machine: cuda-python is not installed")):
         rc, out, err = _bench(capsys, "--quick", "--models", "nasrnn", "--cost-model", spec, "--out", tmp_path / "o")
         _one_line_error(rc, err, "taso-bench", want)
         assert "tables: none yet" in err or spec == "cuda"

@@ -239,7 +239,7 @@ def test_windows_cover_a_long_chain(tmp_path):
 
 @pytest.mark.parametrize("opt,msg", [
     ("cost-model=bogus", "cost-model"),
-    ("cost-model=cuda", "cuda"),
+    ("cost-model=cuda:k80", "cuda"),
     ("alpha=0.5", "alpha"),
     ("budget=-1", "budget"),
     ("rules=/nonexistent/rules.jsonl", "rules"),
