@@ -22,6 +22,8 @@ counts what it did without changing the IR (graphs the search explored).
 
 from __future__ import annotations
 
+import functools
+import gc
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -91,6 +93,31 @@ class FunctionPass:
         if self.needs_rules:
             return SEARCH_PASS_OPTIONS
         return ("target", "cost-model") if self.needs_cost_model else ()
+
+
+_FROZEN = [0]  # searches running in this process with the heap frozen (``frozen_heap``)
+
+
+def frozen_heap(run: Callable) -> Callable:
+    """``run`` (a search) with the objects alive as it starts (the rules, the caches, the MLIR module's
+    Python objects) frozen out of the cyclic garbage collector's passes (``gc.freeze``) until it returns.
+    A search makes millions of small objects, which set off full collections, and each of those scanned
+    every object of the process again: SqueezeNet's eqsat search spent 0.1 s of 0.7 s in them, NasRNN's
+    0.2-0.3 s of 1.2 s; frozen, 0.02 s. Garbage the search makes is collected as before."""
+
+    @functools.wraps(run)
+    def frozen(*args, **kwargs):
+        if _FROZEN[0] or gc.get_freeze_count():  # (a search inside a search, or a host that froze its own)
+            return run(*args, **kwargs)
+        gc.freeze()
+        _FROZEN[0] += 1
+        try:
+            return run(*args, **kwargs)
+        finally:
+            _FROZEN[0] -= 1
+            gc.unfreeze()
+
+    return frozen
 
 
 #: the options of taso-search that the search run alone takes (not the report or the latency check)

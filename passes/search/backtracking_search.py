@@ -18,12 +18,13 @@ from taso_mlir.dialect.errors import TasoError
 from taso_mlir.dialect.handles import check_live, erase_op, internal_error, ir_step, replace_uses
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import function_dce
-from taso_mlir.passes.pipeline import FuncState, FunctionPass
+from taso_mlir.passes.pipeline import FuncState, FunctionPass, frozen_heap
 from taso_mlir.passes.search import backtracking as S
 from taso_mlir.passes.search import pdl as P
 from taso_mlir.passes.search import tgraph as T
 
 
+@frozen_heap
 def _run(st: FuncState) -> None:
     """TASO's search on the function's graph, then the replay of the best graph's rewrites on the IR
     with the PDL patterns at the chosen sites, checked to give exactly the graph the search scored."""

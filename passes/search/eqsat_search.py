@@ -24,7 +24,7 @@ from taso_mlir.dialect.errors import TasoError
 from taso_mlir.dialect.handles import ir_step, set_operand
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import create_taso_op, elem_type, function_dce
-from taso_mlir.passes.pipeline import FuncState, FunctionPass
+from taso_mlir.passes.pipeline import FuncState, FunctionPass, frozen_heap
 from taso_mlir.passes.search import eqsat as E
 from taso_mlir.passes.search import extract as X
 from taso_mlir.passes.search import tgraph as T
@@ -159,6 +159,7 @@ def _round(rep: dict) -> dict:
                                 "blocked", "matches", "applied", "lifted", "stop", "written", "depth")}
 
 
+@frozen_heap
 def _run(st: FuncState) -> None:
     lim = limits_of(st.opts)
     restarts = int(st.opts.get("eqsat-restarts", 8))

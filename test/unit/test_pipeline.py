@@ -147,3 +147,32 @@ def test_the_input_is_kept_where_the_whole_pipeline_costs_more(tmp_path, monkeyp
     from taso_mlir.passes.search import taso_search
 
     assert "input kept" in taso_opt.search_summary(taso_search.LAST_REPORT)
+
+
+def test_a_search_runs_with_the_heap_frozen_and_unfreezes_it():
+    """The objects alive as a search starts are out of the garbage collector's passes while it runs
+    (``gc.freeze``) and back after, also where it raises; a search inside a search leaves that to the
+    outer one."""
+    import gc
+
+    from taso_mlir.passes.pipeline import frozen_heap
+
+    seen = []
+
+    @frozen_heap
+    def search(inner: bool = False, fail: bool = False):
+        seen.append(gc.get_freeze_count())
+        if inner:
+            search()
+            seen.append(gc.get_freeze_count())
+        if fail:
+            raise ValueError("search failed")
+
+    before = gc.get_freeze_count()
+    keep = [object() for _ in range(100)]  # (alive as the search starts: frozen)
+    search(inner=True)
+    assert seen[0] >= len(keep) and seen[1] == seen[0] and seen[2] == seen[0]
+    assert gc.get_freeze_count() == before
+    with pytest.raises(ValueError):
+        search(fail=True)
+    assert gc.get_freeze_count() == before
