@@ -27,6 +27,7 @@ from taso_mlir.dialect.ops import create_taso_op, elem_type, function_dce
 from taso_mlir.passes.pipeline import FuncState, FunctionPass, frozen_heap
 from taso_mlir.passes.search import eqsat as E
 from taso_mlir.passes.search import extract as X
+from taso_mlir.passes.search import rulebook as RB
 from taso_mlir.passes.search import tgraph as T
 
 
@@ -70,7 +71,7 @@ class Search:
             input_choice.setdefault(eg.find(c), []).append(op + (j,))
         ex = X.extract(eg, costs, roots, input_choice, ilp_time)
         better = ex.cost < min(ex.input_cost, bar) - 1e-12
-        new_ops = write(self.f, eg, ex, g0, self.mops, original, cls) if better else 0
+        new_ops = write(self.f, eg, ex, g0, self.mops, original, cls, costs) if better else 0
         self.written = self.written or better
         return {
             "enodes": eg.num_nodes(), "eclasses": len(eg.classes()), "iterations": self.sat.it,
@@ -105,8 +106,10 @@ def _op_key(eg: E.EGraph, n: T.Node, nid: int, cls: dict) -> tuple:
 
 @ir_step
 def write(f: ir.Operation, eg: E.EGraph, ex: X.Extraction, g0: T.TGraph, mops: list, original: dict,
-          cls: dict) -> int:
-    """Make ``f`` compute the extracted graph; returns the number of ops created."""
+          cls: dict, costs: X.Costs) -> int:
+    """Make ``f`` compute the extracted graph; returns the number of ops created. A commutative op's
+    operands go in the order that costs less (``costs.swapped``; its e-node stands for both orders), an
+    op of the input's keeping its own where both cost the same."""
     block = f.regions[0].blocks[0]
     ret = next(o.operation for o in block.operations if o.operation.name == "func.return")
     args = list(block.arguments)
@@ -116,6 +119,12 @@ def write(f: ir.Operation, eg: E.EGraph, ex: X.Extraction, g0: T.TGraph, mops: l
         kind, attrs, kids = op
         nid = original.get(op)
         operands = [value[eg.find(k)] for k in kids]
+        swap = costs.swapped(op)
+        if swap is None and len(kids) == 2 and kind in RB.COMMUTATIVE and nid is not None:
+            # (both orders cost the same: an op of the input keeps its own)
+            swap = [eg.find(cls[v]) for v in g0.nodes[nid].operands] == [eg.find(k) for k in kids[::-1]]
+        if swap:
+            operands.reverse()
         if kind == "arg":
             results = [args[dict(attrs)["@node"]]]
         elif nid is not None and mops[nid] is not None:  # an op of the input: kept, after its operands

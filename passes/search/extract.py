@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from taso_mlir.dialect import specs
+from taso_mlir.passes.search import rulebook as RB
 from taso_mlir.passes.search import tgraph as T
 from taso_mlir.passes.search.eqsat import EGraph
 
@@ -73,6 +74,7 @@ class Costs:
         self.eg, self.builder = eg, builder
         self.weight = self._weights()
         self._memo: dict = {}
+        self._ordered: dict = {}  # op key -> its cost with its operands in the key's order
 
     def _weights(self) -> set:
         eg = self.eg
@@ -98,7 +100,29 @@ class Costs:
             kind in specs.SPECS and bool(kids) and all(self.eg.find(k) in self.weight for k in kids))
 
     def cost(self, op: tuple) -> float:
+        """The op's cost; a commutative op's, in the cheaper of its two operand orders (the e-graph holds
+        one e-node for both, and writing it back may take either: ``swapped``)."""
         c = self._memo.get(op)
+        if c is None:
+            c = self.in_order(op)
+            if op[0] in RB.COMMUTATIVE and len(op[2]) == 2:
+                c = min(c, self.in_order(_swap(op)))
+            self._memo[op] = c
+        return c
+
+    def swapped(self, op: tuple) -> Optional[bool]:
+        """For a commutative op of two operands: whether its operands swapped cost less (True), more
+        (False), or the same (None); None for any other op."""
+        if op[0] not in RB.COMMUTATIVE or len(op[2]) != 2:
+            return None
+        a, b = self.in_order(op), self.in_order(_swap(op))
+        if abs(a - b) <= 1e-12 * max(1.0, abs(a)):
+            return None
+        return b < a
+
+    def in_order(self, op: tuple) -> float:
+        """The op's cost with its operands in the order its key gives."""
+        c = self._ordered.get(op)
         if c is None:
             kind, attrs, kids = op
             if kind == "arg" or kind == "weight":
@@ -117,8 +141,13 @@ class Costs:
                 dtype = eg.dtype[eg.result_class(op, 0)] if shapes else ""
                 c = self.builder.cost(kind, attrs, ins, tuple((i, 0) for i in range(len(ins))), tuple(shapes),
                                       dtype, self.op_weight(op))
-            self._memo[op] = c
+            self._ordered[op] = c
         return c
+
+
+def _swap(op: tuple) -> tuple:
+    kind, attrs, kids = op
+    return (kind, attrs, (kids[1], kids[0]))
 
 
 def reachable(eg: EGraph, roots: list) -> list:

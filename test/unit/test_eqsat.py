@@ -476,3 +476,70 @@ def test_the_strategies_table(tmp_path):
     assert b["peak_mb"] > 0 and e["peak_mb"] > 0
     text = strategies.format_row("nasrnn", b, e)
     assert text.startswith("| nasrnn |") and f"{e['eqsat']['enodes']} ({e['eqsat']['stop']}; " in text
+
+
+_BROADCAST_ADD = """
+func.func @f(%s: tensor<512xf32>, %x: tensor<1x512xf32>) -> (tensor<1x512xf32>, tensor<1x512xf32>) {
+  %w1 = "taso.weight"() {name = "w1", value = dense<0.5> : tensor<512x512xf32>} : () -> tensor<512x512xf32>
+  %w2 = "taso.weight"() {name = "w2", value = dense<0.25> : tensor<512x512xf32>} : () -> tensor<512x512xf32>
+  %a = "taso.matmul"(%x, %w1) {activation = "none"} : (tensor<1x512xf32>, tensor<512x512xf32>) -> tensor<1x512xf32>
+  %b = "taso.matmul"(%x, %w2) {activation = "none"} : (tensor<1x512xf32>, tensor<512x512xf32>) -> tensor<1x512xf32>
+  %c = "taso.ewadd"(%a, %s) : (tensor<1x512xf32>, tensor<512xf32>) -> tensor<1x512xf32>
+  return %c, %b : tensor<1x512xf32>, tensor<1x512xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("pricing", ["broadcast first dear", "broadcast first cheap", "same"])
+def test_a_commutative_op_is_priced_and_written_in_its_cheaper_operand_order(tmp_path, monkeypatch, pricing):
+    """An e-node of a commutative op stands for both operand orders (its key sorts them by class, which
+    here puts the broadcast argument first), and a measured cost can differ between them (an add's kernel
+    with the broadcast operand first or second): extraction prices the cheaper order and the writer
+    writes it; where both cost the same, an op of the input keeps its own order."""
+    from taso_mlir.passes.cost import roofline
+    from taso_mlir.tools import taso_opt
+
+    real = roofline.Analytic._cost
+
+    def order_matters(self, sig):
+        c = real(self, sig)
+        if sig.kind == "ewadd" and len(sig.in_shapes[0]) < len(sig.in_shapes[1]):  # broadcast operand first
+            return {"broadcast first dear": c * 10, "broadcast first cheap": c / 10}.get(pricing, c)
+        return c
+
+    monkeypatch.setattr(roofline.Analytic, "_cost", order_matters)
+    src = tmp_path / "f.mlir"
+    src.write_text(_BROADCAST_ADD)
+    out, rep = tmp_path / "out.mlir", tmp_path / "rep.json"
+    assert taso_opt.main([str(src), "-o", str(out), "--no-progress", "--pass-pipeline=builtin.module("
+                          f"taso-search{{target=analytic:t4 strategy=eqsat report={rep}}})"], contain=False) == 0
+    text = out.read_text()
+    fr = json.loads(rep.read_text())["functions"][0]
+    assert text.count("taso.matmul") == 1 and fr["eqsat"]["round_costs"][0]["written"], text  # (the search wrote)
+    add = next(line for line in text.splitlines() if "taso.ewadd" in line)
+    want = "(tensor<512xf32>, tensor<1x512xf32>)" if pricing == "broadcast first cheap" else \
+        "(tensor<1x512xf32>, tensor<512xf32>)"
+    assert want in add, add
+    assert fr["cost_searched_ms"] == pytest.approx(fr["eqsat"]["cost_ms"], rel=1e-9)
+
+
+def test_costs_of_a_commutative_op_in_both_orders():
+    eg = E.EGraph()
+    a, b = _leaf(eg, "a"), _leaf(eg, "b")
+    (c,) = eg.add_op("ewadd", (), (b, a), [(1,)], "f32")
+    op = next(iter(eg.members[c]))[:3]
+
+    class Ordered(X.Costs):
+        def __init__(self, first_a: float, first_b: float):
+            self.eg, self.weight, self._memo, self._ordered = eg, set(), {}, {}
+            self.t = {a: first_a, b: first_b}
+
+        def in_order(self, op):
+            return self.t[op[2][0]]
+
+    assert op[2] == (a, b)  # (sorted)
+    assert Ordered(3.0, 1.0).cost(op) == 1.0 and Ordered(3.0, 1.0).swapped(op) is True
+    assert Ordered(1.0, 3.0).cost(op) == 1.0 and Ordered(1.0, 3.0).swapped(op) is False
+    assert Ordered(2.0, 2.0).swapped(op) is None
+    (r,) = eg.add_op("relu", (), (a,), [(1,)], "f32")
+    assert Ordered(1.0, 3.0).swapped(next(iter(eg.members[r]))[:3]) is None
