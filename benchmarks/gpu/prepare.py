@@ -3,17 +3,23 @@ costs the project's cost models predict for them, under ``benchmarks/gpu/models/
 
 This half needs taso_mlir (the MLIR bindings); the GPU machine has none, so everything that needs them is done
 here and committed: per suite model (``benchmarks/suite.py``) the original ONNX graph and the graph taso-search
-exports for each target (``analytic:t4``, ``analytic:h100``, and ``cuda:<gpu>`` for every measured table
-shipped in ``passes/cost/tables``), the optimized graph checked against the original in onnxruntime with the
-real weights, and the predicted whole-graph cost of every file (the sum of its ops' costs, the file
-imported as the search sees a model) under each of those cost models, with the op signature keys and their
-counts so that a calibration table measured in the same GPU session can price the files there too.
+exports for each target (``analytic:t4``, ``analytic:h100``, then ``cuda:<gpu>`` for every measured table
+shipped in ``passes/cost/tables``: ``cuda:h200`` today, ``cuda:h100`` as soon as ``h100.json`` is there), the
+optimized graph checked against the original in onnxruntime with the real weights, and the predicted
+whole-graph cost of every file (the sum of its ops' costs, the file imported as the search sees a model) under
+each of those cost models, with the op signature keys and their counts so that a calibration table measured in
+the same GPU session can price the files there too.
+
+The analytic targets are the hand-set profiles (``analytic:<gpu>:datasheet``, ``SEARCH_SPECS``) whatever tables
+are shipped: once ``h100.json`` exists, ``analytic:h100`` alone would name the roofline fitted to it, and the
+column "analytic H100" would silently change meaning.
 
 Weights: every float initializer of 1,024 elements or more is stripped (its data cleared) and its
 ``doc_string`` records its statistics (``execute.WEIGHTS_KEY``: mean, standard deviation, min, max), from which
-``execute.fill_weights`` draws values on the GPU machine; the full suite is 2 GB of weights and 3 MB without.
-Identical optimized graphs (the t4 and h100 searches often agree) are written once; the manifest says which
-variants share a file.
+``execute.fill_weights`` draws values on the GPU machine; the full suite is 2 GB of weights and 4 MB without.
+Optimized graphs that are the same (the searches often agree) are written once: the same bytes, or the same
+structure with other value and node names (``structure_digest``); the manifest says which variants share a
+file and why (``same_graph_as``), and speedup.py times each file once.
 
     python benchmarks/gpu/prepare.py                           # the full suite and the quick set (~3 minutes)
     python benchmarks/gpu/prepare.py --sets quick --models nasrnn,squeezenet
@@ -39,18 +45,38 @@ import execute as E  # noqa: E402
 MANIFEST_FORMAT = "taso-mlir gpu speedup manifest 1"
 DEFAULT_DIR = os.path.join(HERE, "models")
 TARGETS = ("analytic:t4", "analytic:h100")
+#: the cost-model spec each analytic target names, whatever tables are shipped: the hand-set profiles (a shipped
+#: ``<gpu>.json`` makes ``analytic:<gpu>`` the roofline fitted to it; these stay the datasheet ones)
+SEARCH_SPECS = {"analytic:t4": "analytic:t4:datasheet", "analytic:h100": "analytic:h100:datasheet"}
 #: initializers at least this many elements are stripped
 STRIP_MIN = 1024
 
 
 def measured_targets() -> list[str]:
-    """``cuda:<gpu>`` for every measured table shipped (none until a calibration is committed)."""
+    """``cuda:<gpu>`` for every measured table shipped in ``passes/cost/tables`` (or ``$TASO_CUDA_TABLES``),
+    sorted: ``cuda:h200`` today, ``cuda:h100`` too once ``h100.json`` is committed."""
     try:
         from taso_mlir.passes.cost import cuda_table
 
         return [f"cuda:{os.path.splitext(os.path.basename(p))[0]}" for p in cuda_table.shipped_tables()]
     except Exception:
         return []
+
+
+def default_targets() -> list[str]:
+    """The analytic targets first, then every measured table's (the order of the manifest's variants and of the
+    report's columns; speedup.py times the measured tables' graphs after the analytic ones)."""
+    return list(TARGETS) + [t for t in measured_targets() if t not in TARGETS]
+
+
+def spec(target: str) -> str:
+    """The cost-model spec a target names here (``SEARCH_SPECS``; the target itself otherwise)."""
+    return SEARCH_SPECS.get(target, target)
+
+
+def variant_name(target: str) -> str:
+    """``opt-analytic-t4``, ``opt-cuda-h200``, ...: the manifest's name for a target's optimized graph."""
+    return f"opt-{target.replace(':', '-')}"
 
 
 def optimize(model, where: str, target: str):
@@ -63,20 +89,22 @@ def optimize(model, where: str, target: str):
 
     ctx = make_context()
     module = import_onnx(model, ctx, where=where)
-    pm = build_pass_manager(f"builtin.module(taso-search{{target={target} latency-check=false}},taso-dce)", ctx)
+    pm = build_pass_manager(f"builtin.module(taso-search{{target={spec(target)} latency-check=false}},taso-dce)",
+                            ctx)
     taso_search.LAST_REPORT = None
     t = time.perf_counter()
     run_pass_manager(pm, module.operation)
     secs = time.perf_counter() - t
     rep = taso_search.LAST_REPORT or {}
-    return export_onnx(module), {"target": target, "search_s": round(secs, 3),
+    return export_onnx(module), {"target": target, "spec": spec(target), "search_s": round(secs, 3),
                                  "cost_before_ms": rep.get("cost_before_ms"), "cost_after_ms": rep.get("cost_after_ms"),
                                  "applied": rep.get("applied", {}), "estimated_costs": rep.get("estimated_costs", 0)}
 
 
 def predicted(model, where: str, cost_models: list[str]) -> dict:
     """The file's predicted whole-graph cost under each cost model (ms: the sum over its ops, as the search
-    prices a function as written), and its op signatures: [[key, kind, count, {model: ms}], ...]."""
+    prices a function as written), and its op signatures: [[key, kind, count, {model: ms}], ...]. The cost
+    models are named as the targets are (``analytic:h100`` is priced by ``spec``: the hand-set profile)."""
     from taso_mlir.dialect.context import make_context
     from taso_mlir.dialect.onnx_import import import_onnx
     from taso_mlir.dialect.ops import function_bodies
@@ -89,8 +117,8 @@ def predicted(model, where: str, cost_models: list[str]) -> dict:
         funcs = function_bodies(module.operation)
         out = {"total_ms": {}, "ops": []}
         per_key: dict = {}
-        for spec in cost_models:
-            cm = get_cost_model(spec)
+        for name in cost_models:
+            cm = get_cost_model(spec(name))
             total = 0.0
             try:
                 for f in funcs:
@@ -104,14 +132,14 @@ def predicted(model, where: str, cost_models: list[str]) -> dict:
                                     n.dtype, n.weight, tuple(g.nodes[v[0]].weight for v in n.operands))
                         k = sig.key()
                         e = per_key.setdefault(k, {"kind": sig.kind, "count": 0, "ms": {}})
-                        if spec == cost_models[0]:
+                        if name == cost_models[0]:
                             e["count"] += 1
-                        e["ms"][spec] = cm.cost(sig)
+                        e["ms"][name] = cm.cost(sig)
             finally:
                 cm.close()
-            out["total_ms"][spec] = total
+            out["total_ms"][name] = total
             if getattr(cm, "estimated", 0):
-                out.setdefault("estimated", {})[spec] = cm.estimated
+                out.setdefault("estimated", {})[name] = cm.estimated
         out["ops"] = [[k, e["kind"], e["count"], e["ms"]] for k, e in sorted(per_key.items())]
     return out
 
@@ -144,6 +172,48 @@ def graph_digest(model) -> str:
     return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()[:16]
 
 
+def structure_digest(model) -> str:
+    """A digest of the graph as a computation, apart from the names of its nodes, intermediate values and
+    initializers: each value is hashed from the op that makes it (type, domain, attributes, output index) and
+    its operands' hashes, an initializer from its type, dims, data and doc_string (a stripped one: its
+    statistics), a graph input from its name and type; the digest covers the graph outputs (names and hashes),
+    the multiset of node hashes (dead nodes too) and of initializer hashes, and the opsets. Two files with the
+    same digest run the same kernels on the same shapes in an order the data allows: timing both would measure
+    one graph twice."""
+    from onnx import TensorProto
+
+    def h(*parts) -> str:
+        d = hashlib.sha256()
+        for p in parts:
+            d.update(p if isinstance(p, bytes) else str(p).encode())
+            d.update(b"\0")
+        return d.hexdigest()
+
+    g = model.graph
+    val: dict = {}
+    for i in g.input:
+        val[i.name] = h("input", i.name, i.type.SerializeToString(deterministic=True))
+    inits = []
+    for t in g.initializer:
+        t2 = TensorProto()
+        t2.CopyFrom(t)
+        t2.name = ""
+        val[t.name] = h("init", t2.SerializeToString(deterministic=True))
+        inits.append(val[t.name])
+    nodes = []
+    for n in g.node:  # ONNX stores nodes in a topological order
+        attrs = sorted(a.SerializeToString(deterministic=True) for a in n.attribute)
+        ins = [val.get(x, h("unbound", x)) if x else "" for x in n.input]
+        base = h("node", n.op_type, n.domain, *attrs, "|", *ins)
+        nodes.append(base)
+        for k, o in enumerate(n.output):
+            if o:
+                val[o] = h(base, k)
+    outs = [h(o.name, val.get(o.name, h("unbound", o.name))) for o in g.output]
+    opsets = sorted(f"{o.domain}:{o.version}" for o in model.opset_import)
+    return h("graph", *outs, "|", *sorted(nodes), "|", *sorted(inits), "|", *opsets)[:16]
+
+
 def prepare_model(name: str, build, out_dir: str, targets: list[str], cost_models: list[str], progress) -> dict:
     import onnx
 
@@ -155,32 +225,45 @@ def prepare_model(name: str, build, out_dir: str, targets: list[str], cost_model
     ref = E.ort_outputs(model, feeds)
     entry = {"name": name, "variants": {}, "files": {}}
     files: dict = {}  # digest -> file name
+    shapes: dict = {}  # structure digest -> file name
+    users: dict = collections.defaultdict(list)  # file name -> the variants that use it, in order
     variants = [("original", model, None)]
     for target in targets:
         opt, rep = optimize(model, name, target)
         got = E.ort_outputs(opt, feeds)
         errs = [E.rel_error(got[k], v) for k, v in ref.items()]
         rep["rel_err_vs_original"] = max(errs) if errs else None
-        variants.append((f"opt-{target.replace(':', '-')}", opt, rep))
+        variants.append((variant_name(target), opt, rep))
     for vname, m, rep in variants:
-        pred = predicted(m, f"{name}:{vname}", cost_models)
         m2 = onnx.ModelProto()
         m2.CopyFrom(m)
         strip = strip_weights(m2)
-        dig = graph_digest(m2)
-        if dig not in files:
+        dig, sdig = graph_digest(m2), structure_digest(m2)
+        same = None
+        if dig in files:
+            same = "the same file"
+        elif sdig in shapes:
+            files[dig], same = shapes[sdig], "the same graph, other value and node names"
+        else:
             fname = f"{name}.{vname}.onnx"
             save_onnx(m2, os.path.join(out_dir, fname))
-            files[dig] = fname
-            entry["files"][fname] = {"digest": dig, "bytes": os.path.getsize(os.path.join(out_dir, fname)),
+            files[dig] = shapes[sdig] = fname
+            entry["files"][fname] = {"digest": dig, "structure": sdig,
+                                     "bytes": os.path.getsize(os.path.join(out_dir, fname)),
                                      "nodes": len(m.graph.node),
                                      "op_types": dict(collections.Counter(n.op_type for n in m.graph.node)
                                                       .most_common()),
-                                     "predicted": pred, "weights": strip}
-        entry["variants"][vname] = {"file": files[dig], "search": rep}
+                                     "predicted": predicted(m, f"{name}:{vname}", cost_models), "weights": strip}
+        fname = files[dig]
+        entry["variants"][vname] = {"file": fname, "search": rep}
+        if same:  # (priced once: the costs depend on the structure only)
+            entry["variants"][vname]["same_graph_as"] = {"variants": list(users[fname]), "how": same}
+        users[fname].append(vname)
     entry["prepare_s"] = round(time.perf_counter() - t0, 2)
-    progress(f"{name}: " + ", ".join(f"{v}: {e['file']} ({entry['files'][e['file']]['predicted']['total_ms'].get('analytic:h100', 0):.4g} ms h100)"
-                                     for v, e in entry["variants"].items()) + f"; {entry['prepare_s']} s")
+    progress(f"{name}: " + ", ".join(
+        f"{v}: {e['file']} (" + ", ".join(f"{c} {ms:.4g}" for c, ms in
+                                          entry["files"][e["file"]]["predicted"]["total_ms"].items()) + " ms)"
+        for v, e in entry["variants"].items()) + f"; {entry['prepare_s']} s")
     return entry
 
 
@@ -200,7 +283,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=DEFAULT_DIR, help="the folder (default: benchmarks/gpu/models)")
     ap.add_argument("--sets", default="full,quick", help="full, quick or both (default)")
     ap.add_argument("--models", default="", help="comma-separated suite models (default: all)")
-    ap.add_argument("--targets", default="", help="the searches' targets (default: analytic:t4, analytic:h100 and "
+    ap.add_argument("--targets", default="", help="the searches' targets (default: analytic:t4, analytic:h100, then "
                                                   "cuda:<gpu> for every shipped table)")
     a = ap.parse_args(argv)
     from taso_mlir.benchmarks.suite import model_names, suite
@@ -212,7 +295,7 @@ def main(argv=None) -> int:
         print(f"prepare: error: unknown model(s) {', '.join(bad)} (models: {', '.join(model_names())})",
               file=sys.stderr)
         return 2
-    targets = [t for t in a.targets.split(",") if t] or list(TARGETS) + measured_targets()
+    targets = [t for t in a.targets.split(",") if t] or default_targets()
     cost_models = list(dict.fromkeys(["analytic:h100", "analytic:t4"] + [t for t in targets if t.startswith("cuda:")]))
     sets = [s for s in a.sets.split(",") if s]
     if not set(sets) <= {"full", "quick"}:
@@ -248,6 +331,7 @@ def main(argv=None) -> int:
         man = {"format": MANIFEST_FORMAT, "set": s, "commit": _git_commit(),
                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                "targets": targets, "cost_models": cost_models,
+               "specs": {c: spec(c) for c in dict.fromkeys(targets + cost_models)},
                "weights": f"float initializers of {STRIP_MIN} elements or more stripped; drawn on the GPU machine "
                           "from their recorded mean, deviation and range (execute.fill_weights, seed 0)",
                "models": models}

@@ -1,0 +1,111 @@
+"""benchmarks/gpu/prepare.py (issue 25, deliverable 3: original vs optimized for each cost model): the committed
+sets hold a graph optimized for every shipped measured table (``cuda:h200``) beside the analytic ones, searches
+that export the same graph share one file (the same bytes, or the same structure under other names) and say
+so, a ``cuda:h100`` table appears as a target by itself once it is shipped, and the analytic targets stay the
+hand-set profiles whatever tables are shipped."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU = ROOT / "benchmarks" / "gpu"
+MODELS = GPU / "models"
+sys.path.insert(0, str(GPU))
+
+import prepare as P  # noqa: E402
+
+
+def manifest(s: str) -> dict:
+    return json.loads((MODELS / s / "manifest.json").read_text())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the committed sets
+
+
+def test_targets_are_the_analytic_ones_then_every_shipped_table():
+    assert "cuda:h200" in P.measured_targets()  # passes/cost/tables/h200.json
+    t = P.default_targets()
+    assert t[:2] == ["analytic:t4", "analytic:h100"] and "cuda:h200" in t[2:]
+    assert P.spec("analytic:h100") == "analytic:h100:datasheet" and P.spec("cuda:h200") == "cuda:h200"
+    assert P.variant_name("cuda:h200") == "opt-cuda-h200"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the structure digest
+
+
+def _model(names=("a", "b", "c"), order=(0, 1, 2), alpha=0.1, weight="w"):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4), weight)
+    nodes = [helper.make_node("MatMul", ["x", weight], [names[0]], name=f"n{names[0]}"),
+             helper.make_node("Relu", ["x"], [names[1]], name=f"n{names[1]}"),
+             helper.make_node("LeakyRelu", [names[0]], [names[2]], alpha=alpha)]
+    out = helper.make_node("Add", [names[2], names[1]], ["y"])
+    g = helper.make_graph([nodes[i] for i in order] + [out], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])], [w])
+    return onnx.helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_structure_digest_ignores_names_and_order_not_structure():
+    base = P.structure_digest(_model())
+    assert P.structure_digest(_model(names=("p", "q", "r"), weight="v")) == base  # other names
+    assert P.structure_digest(_model(order=(1, 0, 2))) == base  # another topological order
+    assert P.structure_digest(_model(alpha=0.2)) != base  # an attribute
+    m = _model()
+    m.graph.node[-1].op_type = "Mul"
+    assert P.structure_digest(m) != base  # an op
+    m = _model()
+    m.graph.node[-1].input[:] = [m.graph.node[-1].input[1], m.graph.node[-1].input[0]]
+    assert P.structure_digest(m) != base  # operand order
+    m = _model()
+    m.graph.output[0].name = "z"
+    m.graph.node[-1].output[0] = "z"
+    assert P.structure_digest(m) != base  # the graph's interface
+    # the bytes differ where only the names do: the file digest tells them apart, the structure does not
+    assert P.graph_digest(_model(names=("p", "q", "r"))) != P.graph_digest(_model())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a cuda:h100 table, once shipped
+
+
+def test_a_shipped_h100_table_adds_its_search_and_keeps_the_analytic_h100_hand_set(tmp_path):
+    """With ``h100.json`` beside ``h200.json`` (here: a copy of the H200 table, through $TASO_CUDA_TABLES),
+    prepare.py searches with cuda:h100 too, checks its graph, prices every file with it, and the analytic:h100
+    graph is the hand-set profile's (the same search as the committed one), not the roofline fitted to the new
+    table."""
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    h200 = ROOT / "passes" / "cost" / "tables" / "h200.json"
+    shutil.copy(h200, tables / "h200.json")
+    shutil.copy(h200, tables / "h100.json")
+    env = dict(os.environ, TASO_CUDA_TABLES=str(tables))
+    r = subprocess.run([sys.executable, str(GPU / "prepare.py"), "--out", str(tmp_path / "m"), "--sets", "quick",
+                        "--models", "squeezenet,nasrnn"], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    man = json.loads((tmp_path / "m" / "quick" / "manifest.json").read_text())
+    assert man["targets"] == ["analytic:t4", "analytic:h100", "cuda:h100", "cuda:h200"]
+    assert "cuda:h100" in man["cost_models"] and man["specs"]["analytic:h100"] == "analytic:h100:datasheet"
+    committed = {m["name"]: m for m in manifest("quick")["models"]}
+    for m in man["models"]:
+        e = m["variants"]["opt-cuda-h100"]
+        assert e["search"]["target"] == "cuda:h100" and e["search"]["rel_err_vs_original"] <= 1e-4
+        assert all(fe["predicted"]["total_ms"]["cuda:h100"] > 0 for fe in m["files"].values())
+        # analytic:h100 stayed the datasheet profile: the committed search's costs
+        old = committed[m["name"]]["variants"]["opt-analytic-h100"]["search"]
+        new = m["variants"]["opt-analytic-h100"]["search"]
+        assert new["cost_before_ms"] == pytest.approx(old["cost_before_ms"])
+        assert new["cost_after_ms"] == pytest.approx(old["cost_after_ms"])
