@@ -27,6 +27,14 @@ Per model (the cheapest first, by the predicted H100 cost, so a time-out leaves 
    session), the sum of the table's measured op latencies over the file's ops (misses priced by the analytic
    H100 roofline, counted).
 
+The graphs optimized for a measured table (``cuda:<gpu>``: ``--later``) come after every model's original and
+analytic graphs: a second pass over the models where such a search exported a graph of its own (one that is the
+same as an analytic graph, prepare.py's ``same_graph_as``, is timed once, in the first pass), each with its
+original again, in rounds of their own. The first pass gets the budget less the second's share (files counted
+alike), so the measured tables' graphs never take the place of the original suite's comparisons.
+``--variants cuda:h100`` times only those graphs beside the original (one pass): a later call of the same
+session, after a calibration and a ``prepare.py`` on the CPU.
+
 The results JSON is written atomically after every model and every ``--checkpoint-s`` seconds; the loop stops
 before ``--budget-s``; a watchdog writes what there is and exits (status 3) if one step hangs. A markdown
 report (``--markdown``, default RESULTS-gpu.md beside the JSON) is written at the end.
@@ -85,6 +93,73 @@ def model_order(man: dict) -> list:
         f = m["variants"]["original"]["file"]
         return m["files"][f]["predicted"]["total_ms"].get("analytic:h100", math.inf)
     return sorted((m for m in man["models"] if m.get("files")), key=cost)
+
+
+def target_of(variant: str) -> str:
+    """The cost model a variant's graph was searched with: ``opt-analytic-t4`` -> ``analytic:t4``,
+    ``opt-cuda-h200`` -> ``cuda:h200`` (prepare.py's ``variant_name``, read back)."""
+    return variant[4:].replace("-", ":", 1) if variant.startswith("opt-") else variant
+
+
+def variant_arg(name: str) -> str:
+    """``--variants``' names: a variant (``opt-cuda-h100``) or its cost model (``cuda:h100``)."""
+    return name if name == "original" or name.startswith("opt-") else f"opt-{name.replace(':', '-')}"
+
+
+def plan_files(m: dict, variant_set, later_prefixes) -> dict:
+    """What to time of a manifest model: {variants: the variants timed -> file, first: the files of the first
+    pass (the original, then the graphs of the cost models not named by ``later_prefixes``), later: the files
+    only a later cost model's search exported (a graph the same as one in ``first`` is timed once, there),
+    later_variants, same_graph_as: prepare.py's notes}. ``variant_set`` (None: all) limits the variants besides
+    the original; where the first pass would hold the original alone, the later files join it (one pass)."""
+    orig = m["variants"]["original"]["file"]
+    names = [v for v in m["variants"] if v == "original" or variant_set is None or v in variant_set]
+    vmap = {v: m["variants"][v]["file"] for v in names}
+
+    def is_later(v):
+        return v != "original" and any(target_of(v).startswith(p) for p in later_prefixes)
+    first = list(dict.fromkeys([orig] + [vmap[v] for v in names if v != "original" and not is_later(v)]))
+    later = [f for f in dict.fromkeys(vmap[v] for v in names if is_later(v)) if f not in first]
+    if len(first) == 1:
+        first, later = first + later, []
+    return {"variants": vmap, "first": first, "later": later,
+            "later_variants": [v for v in names if is_later(v) and vmap[v] in later],
+            "same_graph_as": {v: m["variants"][v]["same_graph_as"] for v in names
+                              if v != "original" and m["variants"][v].get("same_graph_as")}}
+
+
+def timing_of(entry: dict, ex: str, f: str):
+    """A file's timing statistics for an executor: from the first pass, else the later one (None)."""
+    for t in (entry.get("timing") or {}, (entry.get("later") or {}).get("timing") or {}):
+        s = (t.get(ex) or {}).get(f)
+        if s:
+            return s
+    return None
+
+
+def measured(entry: dict, ex: str, f: str):
+    s = timing_of(entry, ex, f)
+    return s["median_ms"] if s else None
+
+
+def variant_order(res: dict) -> list:
+    """The optimized variants of a results file in the manifest's target order (analytic:t4, analytic:h100,
+    then the measured tables': the report's columns), any others after, sorted."""
+    seen = {v for m in res["models"] for v in (m.get("variants") or {}) if v != "original"}
+    order = [v for v in (f"opt-{t.replace(':', '-')}" for t in (res.get("manifest") or {}).get("targets") or [])
+             if v in seen]
+    return order + sorted(seen - set(order))
+
+
+def shared_with(m: dict, v: str, order: list):
+    """The earlier variant (in ``order``) whose file ``v`` shares: the same graph, timed once; None."""
+    f = (m.get("variants") or {}).get(v)
+    for u in order:
+        if u == v:
+            return None
+        if f is not None and (m.get("variants") or {}).get(u) == f:
+            return u
+    return None
 
 
 def quartiles(v: list) -> tuple:
@@ -188,8 +263,10 @@ class Run:
                        "tolerance": args.tolerance, "tf32": bool(args.tf32), "cuda_graphs": not args.eager,
                        "timing": "device time (CUDA events)" if not exe.dry else
                                  "wall clock around numpy (a rehearsal, not a GPU timing)",
-                       "weights": man.get("weights"), "seed": args.seed},
-            "manifest": {k: man.get(k) for k in ("set", "commit", "date", "targets", "cost_models")},
+                       "weights": man.get("weights"), "seed": args.seed,
+                       "variants": sorted(args.variant_set) if args.variant_set is not None else "all",
+                       "later": list(args.later_prefixes)},
+            "manifest": {k: man.get(k) for k in ("set", "commit", "date", "targets", "cost_models", "specs")},
             "table": self.table["summary"] if self.table else None,
             "budget_s": args.budget_s, "elapsed_s": 0.0, "complete": False, "stopped": None, "models": []}
         self._last_write = 0.0
@@ -218,44 +295,102 @@ class Run:
     # -- per model
 
     def run(self, models: list) -> None:
+        """Two passes. First every model's original and the graphs of the cost models not named by ``--later``
+        (the analytic ones), the cheapest model first, as before the measured tables' graphs existed; then, for
+        the models where a ``--later`` cost model's search exported a graph of its own (not the same as one
+        timed already: prepare.py's ``same_graph_as``), that graph with the original again, in rounds of their
+        own. The first pass's models share the budget less what the second pass needs (its files counted
+        alike, the originals again included), so the later graphs cannot take the first comparisons' place:
+        a first-pass model is only ever left out where the whole budget is spent."""
         self._start_watchdog()
         stopped = None
+        plans = {m["name"]: plan_files(m, self.args.variant_set, self.args.later_prefixes) for m in models}
+        n_first = sum(len(p["first"]) for p in plans.values())
+        n_later = sum(len(p["later"]) + 1 for p in plans.values() if p["later"])
+        first_end = self.t0 + (self.deadline - self.t0) * n_first / max(1, n_first + n_later)
+        with self.lock:
+            self.res["passes"] = {"first_files": n_first, "later_files": n_later,
+                                  "later": list(self.args.later_prefixes),
+                                  "first_share_s": round(first_end - self.t0, 2)}
         for i, m in enumerate(models):
             left = self.deadline - time.monotonic()
             if left <= 0:
                 stopped = f"budget: {self.args.budget_s:g} s reached before model {i + 1} of {len(models)} ({m['name']})"
                 break
-            share = left / (len(models) - i)
-            entry = {"name": m["name"], "title": m.get("title"), "config": m.get("config"), "status": "running"}
+            share = max(0.0, first_end - time.monotonic()) / (len(models) - i)
+            p = plans[m["name"]]
+            entry = {"name": m["name"], "title": m.get("title"), "config": m.get("config"), "status": "running",
+                     "variants": p["variants"], "_t0": time.monotonic()}
+            if p["same_graph_as"]:
+                entry["same_graph_as"] = p["same_graph_as"]
             with self.lock:
                 self.res["models"].append(entry)
             try:
-                self.model(m, entry, time.monotonic() + share)
+                part = self.model(m, p["first"], time.monotonic() + share)
+                entry.update(files=part["files"], timing=part["timing"], rounds=part["rounds"])
             except Exception as e:  # one model's failure is that model's
                 entry["status"] = "failed"
                 entry["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
                 entry["traceback"] = traceback.format_exc(limit=4)[-1500:]
+            else:
+                self.summarize(m, entry)
             finally:
                 self.exe.free()
+                entry["elapsed_s"] = round(time.monotonic() - entry.pop("_t0", time.monotonic()), 2)
             print(_model_line(entry), flush=True)
             self.write()
-        done = [m["name"] for m in self.res["models"]]
+        done = {m["name"] for m in self.res["models"]}
         self.res["not_reached"] = [m["name"] for m in models if m["name"] not in done]
-        self.res["complete"] = not self.res["not_reached"] and stopped is None
+        later = [m for m in models if plans[m["name"]]["later"] and m["name"] in done
+                 and next(e for e in self.res["models"] if e["name"] == m["name"]).get("status") != "failed"]
+        for i, m in enumerate(later):
+            if stopped is not None:
+                break
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                stopped = (f"budget: {self.args.budget_s:g} s reached before the later graphs of model {i + 1} of "
+                           f"{len(later)} ({m['name']})")
+                break
+            entry = next(e for e in self.res["models"] if e["name"] == m["name"])
+            p = plans[m["name"]]
+            orig = m["variants"]["original"]["file"]
+            lv = [v for v in p["variants"] if v in p["later_variants"]]
+            entry["later"] = {"variants": lv, "graphs": list(p["later"]), "files": {}, "status": "running"}
+            t = time.monotonic()
+            try:
+                part = self.model(m, [orig] + p["later"], time.monotonic() + left / (len(later) - i))
+                with self.lock:
+                    entry["later"].update(files={orig: part["files"][orig]}, timing=part["timing"],
+                                          rounds=part["rounds"])
+                    entry["files"].update((f, fe) for f, fe in part["files"].items() if f != orig)
+            except Exception as e:
+                entry["later"]["status"] = "failed"
+                entry["later"]["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+                entry["later"]["traceback"] = traceback.format_exc(limit=4)[-1500:]
+            else:
+                self.summarize(m, entry)
+            finally:
+                self.exe.free()
+                entry["later"]["elapsed_s"] = round(time.monotonic() - t, 2)
+            print(_model_line(entry, later=True), flush=True)
+            self.write()
+        self.res["later_not_reached"] = [m["name"] for m in models if plans[m["name"]]["later"]
+                                         and not any(e["name"] == m["name"] and e.get("later")
+                                                     for e in self.res["models"])]
+        self.res["complete"] = not self.res["not_reached"] and not self.res["later_not_reached"] and stopped is None
         self.current = None
         self._stop = True
         self.write(stopped=stopped)
 
-    def model(self, m: dict, entry: dict, until: float) -> None:
+    def model(self, m: dict, files: list, until: float) -> dict:
+        """Load, check and time ``files`` of model ``m`` (interleaved rounds until ``until``): {files: per file
+        its plan and each executor's check, timing: executor -> file -> statistics, rounds}."""
         a = self.args
-        entry["_t0"] = time.monotonic()
-        files = list(m["files"])
-        entry["variants"] = {v: e["file"] for v, e in m["variants"].items()}
-        entry["files"] = {f: {} for f in files}
+        part = {"files": {f: {} for f in files}, "timing": {}, "rounds": 0}
         runners = {}  # (executor, file) -> runner
         try:
             for f in files:
-                fe = entry["files"][f]
+                fe = part["files"][f]
                 if time.monotonic() >= self.deadline:
                     fe["error"] = "not reached (budget)"
                     continue
@@ -297,7 +432,7 @@ class Run:
                         r.release()
                 del model, ref
                 self.maybe_checkpoint()
-            self.rounds(entry, runners, until)
+            self.rounds(part, runners, until)
         finally:
             for r in runners.values():
                 try:
@@ -305,13 +440,12 @@ class Run:
                 except Exception:
                     pass
             runners.clear()
-        self.summarize(m, entry)
+        return part
 
-    def rounds(self, entry: dict, runners: dict, until: float) -> None:
+    def rounds(self, part: dict, runners: dict, until: float) -> None:
         a = self.args
         keys = sorted(runners)
         per = {k: [] for k in keys}
-        entry["timing"] = {}
         n = 0
         while keys and n < a.max_rounds:
             now = time.monotonic()
@@ -324,41 +458,56 @@ class Run:
                 per[k].append(float(np.median(t)))
             n += 1
             self.maybe_checkpoint()
-        entry["rounds"] = n
+        part["rounds"] = n
         for (ex, f), v in per.items():
             if v:
                 q1, med, q3 = quartiles(v)
-                entry["timing"].setdefault(ex, {})[f] = {"median_ms": med, "q1_ms": q1, "q3_ms": q3, "rounds": v}
+                part["timing"].setdefault(ex, {})[f] = {"median_ms": med, "q1_ms": q1, "q3_ms": q3, "rounds": v}
 
     def summarize(self, m: dict, entry: dict) -> None:
+        """The speedups (each variant's file against the original timed in the same rounds: the first pass's,
+        or the later pass's for a graph timed there), the fidelity rows and the statuses, from what ``entry``
+        holds (run again after the later pass)."""
         orig = m["variants"]["original"]["file"]
+        later = entry.get("later") or {}
         entry["speedup"] = {}
-        for ex, t in (entry.get("timing") or {}).items():
-            for v, f in entry["variants"].items():
-                if v == "original" or orig not in t or f not in t:
-                    continue
-                entry["speedup"].setdefault(ex, {})[v] = ratio_stats(t[orig]["rounds"], t[f]["rounds"])
+        for v, f in entry["variants"].items():
+            if v == "original":
+                continue
+            for timing, where in ((entry.get("timing") or {}, None), (later.get("timing") or {}, "later")):
+                for ex, t in timing.items():
+                    if orig in t and f in t and v not in entry["speedup"].get(ex, {}):
+                        s = ratio_stats(t[orig]["rounds"], t[f]["rounds"])
+                        if where:
+                            s["pass"] = where
+                        entry["speedup"].setdefault(ex, {})[v] = s
         fid = entry["fidelity"] = {}
-        primary = (entry.get("timing") or {}).get("taso", {})
         for f in entry["files"]:
             pred = m["files"][f]["predicted"]
-            row = {"predicted_ms": dict(pred["total_ms"]), "measured_ms": primary.get(f, {}).get("median_ms")}
+            row = {"predicted_ms": dict(pred["total_ms"]), "measured_ms": measured(entry, "taso", f)}
             if self.table:
                 row["table"] = table_cost(self.table, pred["ops"])
             fid[f] = row
-        st = [x.get("status") for fe in entry["files"].values() for x in (fe.get("executors") or {}).values()]
-        errs = [fe.get("error") for fe in entry["files"].values() if fe.get("error")]
+        graphs = set(later.get("graphs") or ())
+        entry["status"] = self._status({f: fe for f, fe in entry["files"].items() if f not in graphs},
+                                       entry.get("rounds"))
+        if later:
+            later["status"] = self._status({**(later.get("files") or {}),
+                                            **{f: fe for f, fe in entry["files"].items() if f in graphs}},
+                                           later.get("rounds"))
+
+    def _status(self, files: dict, rounds) -> str:
+        st = [x.get("status") for fe in files.values() for x in (fe.get("executors") or {}).values()]
+        errs = [fe.get("error") for fe in files.values() if fe.get("error")]
         if "mismatch" in st:
-            entry["status"] = "mismatch"
-        elif st and all(s == "ok" for s in st) and not errs and entry.get("rounds"):
-            entry["status"] = "ok"
-        elif entry.get("rounds"):
-            entry["status"] = "partial"
-        elif "ok" in st and time.monotonic() >= self.deadline:
-            entry["status"] = "checked, not timed (budget)"
-        else:
-            entry["status"] = "failed"
-        entry["elapsed_s"] = round(time.monotonic() - entry.pop("_t0", time.monotonic()), 2)
+            return "mismatch"
+        if st and all(s == "ok" for s in st) and not errs and rounds:
+            return "ok"
+        if rounds:
+            return "partial"
+        if "ok" in st and time.monotonic() >= self.deadline:
+            return "checked, not timed (budget)"
+        return "failed"
 
     def _start_watchdog(self):
         self._stop = False
@@ -421,22 +570,31 @@ def table_cost(table: dict, ops: list) -> dict:
     return {"ms": ms, "measured_ops": hits, "estimated_ops": miss}
 
 
-def _model_line(e: dict) -> str:
-    parts = [f"speedup: {e['name']}: {e['status']}"]
+def _model_line(e: dict, later: bool = False) -> str:
+    lt = e.get("later") or {}
+    if later:
+        parts = [f"speedup: {e['name']} (later: {', '.join(target_of(v) for v in lt.get('variants', []))}): "
+                 f"{lt.get('status')}"]
+    else:
+        parts = [f"speedup: {e['name']}: {e['status']}"]
     for ex, sp in (e.get("speedup") or {}).items():
         for v, s in sp.items():
-            if s.get("rounds"):
+            if s.get("rounds") and (s.get("pass") == "later") == later:
                 lab = f"{s['median']:.3f}x ({s['q1']:.3f}-{s['q3']:.3f})" + ("" if s["resolved"] else " unresolved")
                 parts.append(f"{ex} {v} {lab}")
-    if e.get("error"):
-        parts.append(e["error"])
+    err = lt.get("error") if later else e.get("error")
+    if err:
+        parts.append(err)
+    graphs = set(lt.get("graphs") or ())
     for f, fe in (e.get("files") or {}).items():
+        if (f in graphs) != later:
+            continue
         if fe.get("error"):
             parts.append(f"{f}: {fe['error']}")
         for ex, xe in (fe.get("executors") or {}).items():
             if xe.get("status") != "ok":
                 parts.append(f"{f} {ex}: {xe.get('status')} {xe.get('error') or ''}".strip())
-    return "; ".join(parts) + f" [{e.get('rounds', 0)} rounds]"
+    return "; ".join(parts) + f" [{(lt if later else e).get('rounds', 0)} rounds]"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -478,32 +636,59 @@ def markdown(res: dict, chart: str = "") -> str:
     out.append("## Speedup of the optimized graph (original / optimized latency)")
     out.append("")
     exs = list(res["method"]["executors"])
-    variants = sorted({v for m in res["models"] for v in (m.get("variants") or {}) if v != "original"})
-    head = ["model", "status", "rounds"] + [f"{ex}: {v}" for v in variants for ex in exs]
+    variants = variant_order(res)
+    later = any(m.get("later") for m in res["models"]) or res.get("later_not_reached")
+    out.append("One column per cost model the graph was optimized for (taso-search's target) and executor. "
+               + ("The graphs of the measured tables' cost models (" + ", ".join(
+                   f"`{p}*`" for p in res["method"].get("later") or []) + ") were timed in a second pass, after "
+                  "every model's other graphs, each with the original again in rounds of their own (the rounds "
+                  "column: first + later pass). " if later else "")
+               + "*Same graph as X*: the search exported the graph X's search did (the same file; *renamed*: the "
+               "same structure under other value names), timed once; its ratio is X's.")
+    out.append("")
+    head = ["model", "status", "rounds"] + [f"{ex}: {target_of(v)}" for v in variants for ex in exs]
     out.append("| " + " | ".join(head) + " |")
     out.append("|" + "---|" * len(head))
     for m in res["models"]:
         same = sum(1 for x in res["models"] if (x.get("title") or x["name"]) == (m.get("title") or m["name"]))
-        row = [(m.get("title") or m["name"]) + (f" ({m['name']})" if same > 1 else ""), m["status"],
-               str(m.get("rounds", 0))]
+        lt = m.get("later") or {}
+        row = [(m.get("title") or m["name"]) + (f" ({m['name']})" if same > 1 else ""),
+               m["status"] + (f"; later: {lt.get('status')}" if lt and lt.get("status") != m["status"] else ""),
+               str(m.get("rounds", 0)) + (f" + {lt.get('rounds', 0)}" if lt else "")]
         for v in variants:
+            u = shared_with(m, v, variants)
             for ex in exs:
-                row.append(_fmt_ratio(((m.get("speedup") or {}).get(ex) or {}).get(v)))
+                if v not in (m.get("variants") or {}):
+                    row.append("-")
+                elif u is not None:
+                    how = ((m.get("same_graph_as") or {}).get(v) or {}).get("how", "")
+                    row.append(f"same graph as {target_of(u)}" + (" (renamed)" if "names" in how else ""))
+                else:
+                    row.append(_fmt_ratio(((m.get("speedup") or {}).get(ex) or {}).get(v)))
         out.append("| " + " | ".join(row) + " |")
     if res.get("not_reached"):
         out.append("")
         out.append(f"Not reached within the budget: {', '.join(res['not_reached'])}.")
+    if res.get("later_not_reached"):
+        out.append("")
+        out.append(f"Later graphs not reached within the budget: {', '.join(res['later_not_reached'])}.")
     out.append("")
     out.append("## Latency per file (median of the per-round medians, ms; mode; check against onnxruntime)")
     out.append("")
     out.append("| model | file | " + " | ".join(exs) + " |")
     out.append("|---|---|" + "---|" * len(exs))
     for m in res["models"]:
-        for f, fe in (m.get("files") or {}).items():
+        lt = m.get("later") or {}
+        graphs = set(lt.get("graphs") or ())
+        # (file, its checks, the pass's timing, the row's label): the later pass's graphs and its original last
+        rows = [(f, fe, (lt if f in graphs else m).get("timing") or {}, f) for f, fe in (m.get("files") or {}).items()]
+        rows += [(f, fe, lt.get("timing") or {}, f"{f} (again, in the later pass)")
+                 for f, fe in (lt.get("files") or {}).items()]
+        for f, fe, timing, name in rows:
             cells = []
             for ex in exs:
                 xe = (fe.get("executors") or {}).get(ex) or {}
-                t = ((m.get("timing") or {}).get(ex) or {}).get(f)
+                t = (timing.get(ex) or {}).get(f)
                 if fe.get("error"):
                     cells.append(fe["error"][:80])
                 elif xe.get("status") != "ok":
@@ -512,7 +697,7 @@ def markdown(res: dict, chart: str = "") -> str:
                 else:
                     lat = f"{t['median_ms']:.4g} ({t['q1_ms']:.4g}-{t['q3_ms']:.4g})" if t else "not timed"
                     cells.append(f"{lat}; {xe.get('mode')}; err {xe['check']['rel_err']:.1e}")
-            out.append(f"| {m['name']} | {f} | " + " | ".join(cells) + " |")
+            out.append(f"| {m['name']} | {name} | " + " | ".join(cells) + " |")
     out.append("")
     out.append("## Cost-model fidelity (predicted whole-graph cost vs measured latency, `taso` executor)")
     out.append("")
@@ -554,6 +739,11 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="rehearse on the CPU: numpy kernels, wall clock")
     ap.add_argument("--models", default="", help="comma-separated models (default: every one in the manifest)")
     ap.add_argument("--executors", default="taso,torch", help="taso (execute.py), torch (torch_exec.py)")
+    ap.add_argument("--variants", default="", help="comma-separated optimized variants to time beside the original, "
+                                                   "by name (opt-cuda-h100) or cost model (cuda:h100); default: all")
+    ap.add_argument("--later", default="cuda:", help="comma-separated cost-model prefixes whose graphs are timed in a "
+                                                     "second pass, after every model's others (default: cuda:, the "
+                                                     "measured tables; '' times every graph in one pass)")
     ap.add_argument("--table", default="", help="a calibration table of this GPU (calibrate.py's output) for the "
                                                 "fidelity's measured column")
     ap.add_argument("--budget-s", type=float, default=240.0, help="stop before this many seconds from the start")
@@ -582,6 +772,16 @@ def main(argv=None) -> int:
             print(f"speedup: error: model(s) {', '.join(bad)} not in {a.manifest}", file=sys.stderr)
             return 2
         models = [m for m in models if m["name"] in want]
+    a.later_prefixes = tuple(p for p in a.later.split(",") if p)
+    a.variant_set = None
+    if a.variants:
+        a.variant_set = {variant_arg(v) for v in a.variants.split(",") if v}
+        have = {v for m in models for v in m["variants"]}
+        bad = sorted(a.variant_set - have)
+        if bad:
+            print(f"speedup: error: variant(s) {', '.join(bad)} not in {a.manifest} (variants: "
+                  f"{', '.join(sorted(have - {'original'}))})", file=sys.stderr)
+            return 2
     exe = Executors([x for x in a.executors.split(",") if x], a.dry_run, a)
     if not exe.use:
         print("speedup: error: no executor can run: " + "; ".join(f"{k}: {v}" for k, v in exe.skipped.items()),
@@ -601,7 +801,8 @@ def main(argv=None) -> int:
     with open(md, "w", encoding="utf-8") as f:
         f.write(markdown(run.res))
     r = run.res
-    bad = [m["name"] for m in r["models"] if m["status"] == "mismatch"]
+    bad = [m["name"] for m in r["models"]
+           if m["status"] == "mismatch" or (m.get("later") or {}).get("status") == "mismatch"]
     print(f"speedup: {len(r['models'])} of {len(models)} models in {r['elapsed_s']:.1f} s"
           f"{'; stopped: ' + r['stopped'] if r['stopped'] else ''}; mismatches: {', '.join(bad) or 'none'} -> "
           f"{a.out}, {md}", flush=True)

@@ -250,6 +250,10 @@ def run_speedup(*args, timeout=300):
 
 
 def test_dry_speedup_run_checks_times_and_reports(tmp_path):
+    """Each model's original and analytic graphs first; then, after every model's, the graphs optimized for the
+    measured table (cuda:h200) where its search exported a graph of its own (quick NasRNN and BERT), each timed
+    against the original again; where it exported the analytic search's graph (quick SqueezeNet), that file is
+    timed once and the cuda:h200 ratio is its ratio."""
     out = tmp_path / "s.json"
     r = run_speedup("--set", "quick", "--models", "nasrnn,squeezenet,bert-b1", "--min-rounds", "3",
                     "--max-rounds", "3", "--runs", "2", "--out", out, "--budget-s", "120")
@@ -257,19 +261,130 @@ def test_dry_speedup_run_checks_times_and_reports(tmp_path):
     res = json.loads(out.read_text())
     assert res["complete"] and res["method"]["backend"] == "dry" and "torch" in res["method"]["skipped_executors"]
     assert [m["name"] for m in res["models"]] == ["squeezenet", "nasrnn", "bert-b1"] or len(res["models"]) == 3
+    assert not res["not_reached"] and not res["later_not_reached"]
+    # the later pass after every model's first: its lines last
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("speedup: ") and "[" in ln]
+    later = [i for i, ln in enumerate(lines) if "(later: cuda:h200)" in ln]
+    assert len(lines) == 5 and later == [3, 4], lines
+    man = {m["name"]: m for m in manifest("quick")["models"]}
+    assert res["passes"]["first_files"] == sum(len(set(e["file"] for v, e in man[n]["variants"].items()
+                                                       if v != "opt-cuda-h200")) for n in man
+                                               if n in ("nasrnn", "squeezenet", "bert-b1"))
     for m in res["models"]:
         assert m["status"] == "ok" and m["rounds"] == 3, m
         for f, fe in m["files"].items():
             assert fe["executors"]["taso"]["status"] == "ok" and fe["executors"]["taso"]["check"]["rel_err"] < 1e-4
-            assert len(m["timing"]["taso"][f]["rounds"]) == 3
+            assert len(SP.timing_of(m, "taso", f)["rounds"]) == 3
         sp = m["speedup"]["taso"]
-        assert set(sp) == {"opt-analytic-t4", "opt-analytic-h100"}
+        assert set(sp) == {"opt-analytic-t4", "opt-analytic-h100", "opt-cuda-h200"}
         for s in sp.values():
             assert s["rounds"] == 3 and s["q1"] <= s["median"] <= s["q3"]
+        cuda = man[m["name"]]["variants"]["opt-cuda-h200"]
+        if "same_graph_as" in cuda:  # one file, timed once, in the first pass
+            assert m["name"] == "squeezenet" and "later" not in m
+            assert sp["opt-cuda-h200"] == sp[cuda["same_graph_as"]["variants"][0]]
+            assert m["same_graph_as"]["opt-cuda-h200"] == cuda["same_graph_as"]
+        else:  # its own graph: the later pass, with the original again
+            orig = m["variants"]["original"]
+            lt = m["later"]
+            assert lt["status"] == "ok" and lt["rounds"] == 3 and lt["graphs"] == [cuda["file"]]
+            assert set(lt["timing"]["taso"]) == {orig, cuda["file"]} and cuda["file"] not in m["timing"]["taso"]
+            assert sp["opt-cuda-h200"]["pass"] == "later" and "pass" not in sp["opt-analytic-t4"]
+            assert sp["opt-cuda-h200"]["median"] == pytest.approx(SP.ratio_stats(
+                lt["timing"]["taso"][orig]["rounds"], lt["timing"]["taso"][cuda["file"]]["rounds"])["median"])
         for f, row in m["fidelity"].items():
             assert row["measured_ms"] > 0 and row["predicted_ms"]["analytic:h100"] > 0
+            assert row["predicted_ms"]["cuda:h200"] > 0
     md = (tmp_path / "RESULTS-gpu.md").read_text()
     assert "DRY RUN" in md and "| NasRNN |" in md and "Cost-model fidelity" in md
+    assert "| model | status | rounds | taso: analytic:t4 | taso: analytic:h100 | taso: cuda:h200 |" in md
+    assert "| NasRNN | ok | 3 + 3 |" in md and "| SqueezeNet | ok | 3 | " in md
+    assert md.count("same graph as analytic:t4") >= 3  # squeezenet's h100 and cuda:h200, nasrnn's h100
+    assert "nasrnn.original.onnx (again, in the later pass)" in md
+
+
+def test_variants_and_later_choose_what_is_timed_and_when(tmp_path):
+    """--variants cuda:h200: the original and that graph alone, in one pass (a later call after a calibration);
+    --later '': every graph in one pass; an unknown variant: exit 2 naming it."""
+    out = tmp_path / "v.json"
+    r = run_speedup("--set", "quick", "--models", "nasrnn,squeezenet", "--variants", "cuda:h200", "--min-rounds",
+                    "2", "--max-rounds", "2", "--runs", "1", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(out.read_text())
+    assert res["method"]["variants"] == ["opt-cuda-h200"] and res["complete"]
+    for m in res["models"]:
+        assert set(m["variants"]) == {"original", "opt-cuda-h200"} and "later" not in m
+        assert set(m["speedup"]["taso"]) == {"opt-cuda-h200"} and m["rounds"] == 2
+        assert set(m["timing"]["taso"]) == set(m["variants"].values())
+    out = tmp_path / "one.json"
+    r = run_speedup("--set", "quick", "--models", "nasrnn", "--later", "", "--min-rounds", "2", "--max-rounds", "2",
+                    "--runs", "1", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = json.loads(out.read_text())["models"][0]
+    assert "later" not in m and len(m["timing"]["taso"]) == len(set(m["variants"].values())) == 3
+    assert "pass" not in m["speedup"]["taso"]["opt-cuda-h200"]
+    r = run_speedup("--set", "quick", "--variants", "cuda:h999", "--out", tmp_path / "x.json")
+    assert r.returncode == 2 and "opt-cuda-h999" in r.stderr
+
+
+def test_the_later_graphs_never_push_a_first_comparison_out_of_the_budget(tmp_path, monkeypatch):
+    """The scheduling on the full set's plan, with a simulated clock (each file 1 s to load and check, each
+    round 0.1 s a file): a budget too short for everything still reaches every model's original vs analytic
+    comparison; the cuda:h200 graphs take what is left, and those not reached are named. With the budget for
+    all of it, every pass completes."""
+    import types
+
+    clock = [0.0]
+    monkeypatch.setattr(SP, "time", types.SimpleNamespace(monotonic=lambda: clock[0], sleep=lambda s: None))
+    monkeypatch.setattr(SP.Run, "_start_watchdog", lambda self: setattr(self, "_stop", False))
+    calls = []
+
+    def fake_model(self, m, files, until):
+        calls.append((m["name"], list(files)))
+        part = {"files": {}, "timing": {"taso": {}}, "rounds": 0}
+        for f in files:
+            clock[0] += 1.0
+            part["files"][f] = {"executors": {"taso": {"status": "ok", "check": {"ok": True, "rel_err": 0.0},
+                                                       "mode": "simulated"}}}
+        n = 0
+        while n < self.args.max_rounds and clock[0] < self.deadline and (n < self.args.min_rounds or clock[0] < until):
+            clock[0] += 0.1 * len(files)
+            n += 1
+        part["rounds"] = n
+        for k, f in enumerate(files):
+            part["timing"]["taso"][f] = {"median_ms": 1.0 + k, "q1_ms": 1.0 + k, "q3_ms": 1.0 + k,
+                                         "rounds": [1.0 + k] * n}
+        return part
+    monkeypatch.setattr(SP.Run, "model", fake_model)
+    man = manifest("full")
+    first_files = sum(len({e["file"] for v, e in m["variants"].items() if v != "opt-cuda-h200"})
+                      for m in man["models"])
+    own = [m["name"] for m in man["models"] if "same_graph_as" not in m["variants"]["opt-cuda-h200"]]
+    # short: the first pass's loads and 5 rounds each fit, not the later pass's
+    budget = first_files * (1.0 + 0.5) + 3 + 6
+    out = tmp_path / "s.json"
+    assert SP.main(["--dry-run", "--set", "full", "--out", str(out), "--budget-s", str(budget), "--reserve-s", "3",
+                    "--executors", "taso"]) == 0
+    res = json.loads(out.read_text())
+    assert [m["name"] for m in res["models"]] == [m["name"] for m in SP.model_order(man)]
+    assert all(m["status"] == "ok" and m["rounds"] >= 5 for m in res["models"])
+    assert not res["not_reached"] and res["later_not_reached"] and not res["complete"]
+    assert "later graphs" in res["stopped"]
+    done = [m["name"] for m in res["models"] if m.get("later")]
+    assert done + res["later_not_reached"] == [n for n in (m["name"] for m in res["models"]) if n in own]
+    # the first pass ran every model before any later graph
+    firsts = [c for c in calls if not any(f.endswith("opt-cuda-h200.onnx") for f in c[1])]
+    assert calls[:len(firsts)] == firsts and len(firsts) == len(man["models"])
+    # with room for everything: every cuda:h200 graph of its own timed, with its original
+    calls.clear()
+    clock[0] = 0.0
+    assert SP.main(["--dry-run", "--set", "full", "--out", str(out), "--budget-s", "600",
+                    "--executors", "taso"]) == 0
+    res = json.loads(out.read_text())
+    assert res["complete"] and not res["later_not_reached"]
+    assert sorted(m["name"] for m in res["models"] if m.get("later")) == sorted(own)
+    for m in res["models"]:
+        assert m["speedup"]["taso"]["opt-cuda-h200"]["rounds"] > 0
 
 
 def test_budget_stops_with_results_written(tmp_path):
@@ -388,7 +503,19 @@ def test_prepared_command_rehearses_end_to_end(tmp_path):
     res = json.loads((out / "speedup.json").read_text())
     assert res["models"] and res["elapsed_s"] < 15 + 30  # (a file being loaded when the budget ends finishes)
     assert all(m["status"] in ("ok", "partial") for m in res["models"])
+    assert res["method"]["later"] == ["cuda:"] and res["passes"]["later_files"] > 0
     assert "smoke exit 0, speedups exit 0" in (out / "speedup.log").read_text()
+    # VARIANTS=cuda:h200: the measured table's graphs alone beside the originals, smoke and main run
+    out2 = tmp_path / "out2"
+    env.update(OUT=str(out2), VARIANTS="cuda:h200", SMOKE_S="5", BUDGET_S="10")
+    r = subprocess.run(["bash", str(GPU / "run_speedup.sh"), "--dry-run"], cwd=ROOT, capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for name in ("speedup-smoke.json", "speedup.json"):
+        res = json.loads((out2 / name).read_text())
+        assert res["method"]["variants"] == ["opt-cuda-h200"], name
+        assert all(set(m["variants"]) == {"original", "opt-cuda-h200"} for m in res["models"])
+    assert "variants cuda:h200" in (out2 / "env-speedup.log").read_text()
 
 
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None or shutil.which("tar") is None,

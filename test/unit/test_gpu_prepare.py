@@ -39,6 +39,46 @@ def test_targets_are_the_analytic_ones_then_every_shipped_table():
     assert P.variant_name("cuda:h200") == "opt-cuda-h200"
 
 
+@pytest.mark.parametrize("s", ["full", "quick"])
+def test_every_model_has_a_graph_optimized_for_each_cost_model(s):
+    """original, analytic:t4, analytic:h100 and cuda:h200 per model, each file priced under all three cost
+    models; a variant whose file another variant wrote says which and how; no two files of a model are the
+    same graph."""
+    man = manifest(s)
+    assert man["targets"] == ["analytic:t4", "analytic:h100", "cuda:h200"]
+    assert set(man["cost_models"]) == {"analytic:t4", "analytic:h100", "cuda:h200"}
+    assert man["specs"]["analytic:h100"] == "analytic:h100:datasheet"
+    for m in man["models"]:
+        assert list(m["variants"]) == ["original", "opt-analytic-t4", "opt-analytic-h100", "opt-cuda-h200"]
+        seen: dict = {}  # file -> the variants before
+        for v, e in m["variants"].items():
+            f = e["file"]
+            if f in seen:
+                assert e["same_graph_as"]["variants"] == seen[f], (m["name"], v)
+                assert e["same_graph_as"]["how"] in ("the same file", "the same graph, other value and node names")
+            else:
+                assert "same_graph_as" not in e and f == f"{m['name']}.{v}.onnx", (m["name"], v)
+            seen.setdefault(f, []).append(v)
+            if v != "original":
+                assert e["search"]["target"] == v[4:].replace("-", ":", 1)
+                assert e["search"]["spec"] == P.spec(e["search"]["target"])
+        for f, fe in m["files"].items():
+            assert set(fe["predicted"]["total_ms"]) == set(man["cost_models"]) and fe["structure"]
+        assert len({fe["structure"] for fe in m["files"].values()}) == len(m["files"])
+
+
+def test_the_measured_tables_graphs_differ_where_the_search_chose_otherwise():
+    """The full set: the cuda:h200 search exports a graph of its own for most models (what the next GPU run
+    times in its later pass); its predicted cost under cuda:h200 is what the search's table says of it."""
+    man = manifest("full")
+    own = [m["name"] for m in man["models"] if "same_graph_as" not in m["variants"]["opt-cuda-h200"]]
+    assert len(own) >= 5, own
+    for m in man["models"]:
+        e = m["variants"]["opt-cuda-h200"]
+        assert e["search"]["rel_err_vs_original"] <= 1e-4
+        assert e["search"]["cost_after_ms"] <= e["search"]["cost_before_ms"]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # the structure digest
 
