@@ -38,17 +38,20 @@ def label(res: dict, m: dict) -> str:
 
 
 def series(res: dict) -> list:
-    """The chart's bars: (label, per-model (value, q1, q3, resolved) or None)."""
+    """The chart's bars, one series per (cost model, executor) in the manifest's target order (analytic:t4,
+    analytic:h100, then the measured tables'): (label, per-model (value, q1, q3, resolved, shared) or None);
+    ``shared``: the graph is the same as an earlier cost model's (its bar repeats that ratio, drawn faint)."""
     exs = list(res["method"]["executors"])
-    variants = sorted({v for m in res["models"] for v in (m.get("variants") or {}) if v != "original"})
+    variants = SP.variant_order(res)
     out = []
     for v in variants:
         for ex in exs:
             vals = []
             for m in res["models"]:
                 s = ((m.get("speedup") or {}).get(ex) or {}).get(v)
-                vals.append((s["median"], s["q1"], s["q3"], s["resolved"]) if s and s.get("rounds") else None)
-            out.append((f"{ex} executor, {v}", vals))
+                shared = SP.shared_with(m, v, variants) is not None
+                vals.append((s["median"], s["q1"], s["q3"], s["resolved"], shared) if s and s.get("rounds") else None)
+            out.append((f"{ex} executor, optimized for {SP.target_of(v)}", vals))
     return out
 
 
@@ -58,6 +61,7 @@ def chart(res: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.patches import Patch
 
     names = [m["name"] for m in res["models"]]
     ser = series(res)
@@ -68,28 +72,35 @@ def chart(res: dict, path: str) -> None:
     x = np.arange(len(names))
     w = 0.8 / nbars
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    handles = []  # (an empty bar's legend entry takes the default colour, not its own: patches instead)
     for i, (label, vals) in enumerate(ser):
         xs = x + (i - (nbars - 1) / 2) * w
         for xi, v in zip(xs, vals):
             if v is None:
                 continue
-            med, q1, q3, ok = v
+            med, q1, q3, ok, shared = v
             ax.bar(xi, med if ok else 1.0, w, color=colors[i % len(colors)] if ok else "#e0e0e0",
-                   hatch=None if ok else "..", edgecolor=colors[i % len(colors)], linewidth=0.6)
+                   hatch=None if ok else "..", edgecolor=colors[i % len(colors)], linewidth=0.6,
+                   alpha=0.35 if shared else 1.0)
             ax.errorbar(xi, med if ok else 1.0, yerr=[[max(0.0, (med if ok else 1.0) - q1)],
                                                       [max(0.0, q3 - (med if ok else 1.0))]],
                         color="black" if ok else "grey", linewidth=0.8, capsize=2)
-        ax.bar([], [], color=colors[i % len(colors)], label=label)
+        handles.append(Patch(facecolor=colors[i % len(colors)], label=label))
     xs = x + (nbars - 1 - (nbars - 1) / 2) * w
     ax.bar(xs, [t if t else np.nan for t in tvals], w, color="white", edgecolor="black", hatch="//",
-           linewidth=0.6, label="target: TENSAT's published T4 cost reduction as a speedup")
+           linewidth=0.6)
+    handles.append(Patch(facecolor="white", edgecolor="black", hatch="//",
+                         label="target: TENSAT's published T4 cost reduction as a speedup"))
+    if any(v and v[4] for _, vals in ser for v in vals):
+        handles.append(Patch(facecolor="grey", alpha=0.35, label="faint: the same graph as an earlier cost model's"))
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(x, names, rotation=30, ha="right")
     ax.set_ylabel("speedup (original / optimized latency)")
     dev = (res.get("device") or {}).get("gpu", "?")
     ax.set_title(f"Measured speedups on {dev}" + (" (DRY RUN)" if res["method"]["backend"] == "dry" else ""),
                  fontsize=9)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    handles.append(Patch(facecolor="#e0e0e0", hatch="..", edgecolor="grey", label="unresolved (IQR spans 1.0)"))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -100,20 +111,23 @@ def target_table(res: dict) -> str:
     exs = list(res["method"]["executors"])
     lines = ["## Against the issue's targets", "",
              "Targets: TENSAT's published cost reductions (T4 cost model) as speedups, 1 / (1 - reduction); "
-             "met where the lower quartile of the measured ratio is at or above the target.", "",
+             "met where the lower quartile of the measured ratio is at or above the target. Best measured: the "
+             "fastest of the graphs optimized for each cost model (named).", "",
              "| model | target | " + " | ".join(f"{ex}: best measured" for ex in exs) + " |",
              "|---|---|" + "---|" * len(exs)]
     for m in res["models"]:
         t = tg.get(m.get("title") or "")
         cells = []
         for ex in exs:
-            sp = [s for s in ((m.get("speedup") or {}).get(ex) or {}).values() if s.get("rounds")]
+            sp = [(v, s) for v, s in ((m.get("speedup") or {}).get(ex) or {}).items() if s.get("rounds")]
             if not sp:
                 cells.append("-")
                 continue
-            b = max(sp, key=lambda s: s["median"])
+            order = SP.variant_order(res)
+            # the fastest; of equal ratios (one graph) the first cost model's
+            v, b = max(sp, key=lambda vs: (vs[1]["median"], -order.index(vs[0]) if vs[0] in order else 0))
             met = "" if t is None else (" (met)" if b["q1"] >= t else " (not met)")
-            cells.append(f"{b['median']:.3f}x ({b['q1']:.3f}-{b['q3']:.3f}){met}")
+            cells.append(f"{b['median']:.3f}x ({b['q1']:.3f}-{b['q3']:.3f}), {SP.target_of(v)}{met}")
         lines.append(f"| {label(res, m)} | {f'{t:.2f}x' if t else '-'} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -475,9 +475,13 @@ def test_scripts_import_only_what_the_gpu_machine_has():
 
 
 def test_report_writes_markdown_and_chart(tmp_path):
+    """A column and a chart series per cost model (analytic:t4, analytic:h100, cuda:h200, in that order); a graph
+    the same as an earlier cost model's named so; the targets' best ratio names its cost model."""
     pytest.importorskip("matplotlib")
+    import report as RP
+
     out = tmp_path / "s.json"
-    assert run_speedup("--set", "quick", "--models", "squeezenet", "--out", out, "--min-rounds", "2",
+    assert run_speedup("--set", "quick", "--models", "squeezenet,nasrnn", "--out", out, "--min-rounds", "2",
                        "--max-rounds", "2", "--runs", "1").returncode == 0
     md = tmp_path / "R.md"
     r = subprocess.run([sys.executable, str(GPU / "report.py"), str(out), "--md", str(md)], capture_output=True,
@@ -486,6 +490,42 @@ def test_report_writes_markdown_and_chart(tmp_path):
     text = md.read_text()
     assert "![speedups](speedup-gpu.png)" in text and "Against the issue's targets" in text and "1.32x" in text
     assert (tmp_path / "speedup-gpu.png").stat().st_size > 1000
+    assert "| taso: analytic:t4 | taso: analytic:h100 | taso: cuda:h200 |" in text
+    row = next(ln for ln in text.splitlines() if ln.startswith("| SqueezeNet | ok |"))
+    assert row.count("same graph as analytic:t4") == 2  # analytic:h100 and cuda:h200: one file
+    row = next(ln for ln in text.splitlines() if ln.startswith("| NasRNN | ok | 2 + 2 |"))
+    assert row.count("same graph as") == 1 and row.rstrip(" |").endswith(")")  # cuda:h200's own ratio
+    res = json.loads(out.read_text())
+    ser = RP.series(res)
+    assert [lab for lab, _ in ser] == ["taso executor, optimized for analytic:t4",
+                                       "taso executor, optimized for analytic:h100",
+                                       "taso executor, optimized for cuda:h200"]
+    names = [m["name"] for m in res["models"]]
+    sq, nr = names.index("squeezenet"), names.index("nasrnn")
+    assert ser[2][1][sq][4] and not ser[2][1][nr][4]  # faint where the graph is analytic:t4's
+    assert ser[1][1][nr][4] and not ser[0][1][nr][4]
+    assert ser[2][1][nr][0] == pytest.approx(res["models"][nr]["speedup"]["taso"]["opt-cuda-h200"]["median"])
+    tt = RP.target_table(res)
+    assert all((", analytic:" in ln or ", cuda:h200" in ln) for ln in tt.splitlines() if ln.startswith("| Nas")
+               or ln.startswith("| Squ"))
+
+
+def test_report_reads_the_committed_h200_results(tmp_path):
+    """The H200 run's results (before the measured tables' graphs existed) still make the report: analytic:t4
+    first, analytic:h100 beside it, its cells naming the graphs the two searches shared."""
+    pytest.importorskip("matplotlib")
+    md = tmp_path / "R.md"
+    r = subprocess.run([sys.executable, str(GPU / "report.py"),
+                        str(ROOT / "benchmarks" / "results" / "gpu" / "speedup-h200.json"), "--md", str(md), "--chart",
+                        str(tmp_path / "c.png")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = md.read_text()
+    assert "| taso: analytic:t4 | torch: analytic:t4 | taso: analytic:h100 | torch: analytic:h100 |" in text
+    row = next(ln for ln in text.splitlines() if ln.startswith("| SqueezeNet | ok | 31 |"))
+    assert "1.320x (1.319-1.320)" in row and row.count("same graph as analytic:t4") == 2
+    row = next(ln for ln in text.splitlines() if ln.startswith("| Inception-v3 | ok | 31 |"))
+    assert "same graph" not in row and "1.302x (1.301-1.303)" in row
+    assert "| Inception-v3 | 1.11x | 1.302x (1.301-1.303), analytic:h100 (met) |" in text
 
 
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash and timeout")
