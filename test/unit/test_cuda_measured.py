@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -322,3 +323,46 @@ def test_cuda_measures_on_this_gpu_end_to_end(tmp_path):
     assert "costs measured on NVIDIA" in r.stderr and "by this process" in r.stderr
     (device, entries), = json.loads((tmp_path / "cache" / CM.CACHE_FILE).read_text())["devices"].items()
     assert device.startswith("NVIDIA") and entries and all(v >= 0 for v in entries.values())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the prepared GPU command (benchmarks/gpu/run_inprocess.sh)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash and timeout")
+def test_the_prepared_command_rehearses_end_to_end(tmp_path):
+    """``run_inprocess.sh --dry-run`` with a bundle that holds only its manifest (this venv has the MLIR bindings and
+    highspy the real bundle brings): the bundle unpacked, taso_mlir laid out from the working tree and imported from
+    there, the quick models written, the analytic run, the cuda runs (the second from the cache, the same model
+    written), the summary and the packed logs in $OUT, exit 0. The real bundle's rehearsal on a bare Python 3.12 is
+    in docs/gpu-speedups.md."""
+    import tarfile
+
+    stage = tmp_path / "stage"
+    (stage / "site").mkdir(parents=True)
+    (stage / "BUNDLE.json").write_text(json.dumps({"format": "taso-mlir gpu bundle 1", "packages": {}}))
+    bundle = tmp_path / "b.tar.xz"
+    with tarfile.open(bundle, "w:xz") as t:
+        t.add(stage / "BUNDLE.json", "BUNDLE.json")
+        t.add(stage / "site", "site")
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHON=sys.executable, OUT=str(out), BUNDLE=str(bundle), UNPACK=str(tmp_path / "unpack"),
+               MODELS="squeezenet", TOTAL_S="240", TMPDIR=str(tmp_path))
+    env.pop(CM.DRY_ENV, None)
+    r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run_inprocess.sh"), "--dry-run"], cwd=ROOT,
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["inprocess.log", "inprocess.tgz"]
+    log = (out / "inprocess.log").read_text()
+    assert "imports: imports ok" in log and "done: 0 failure(s)" in log
+    assert "squeezenet, analytic (analytic:h200): exit 0" in log and "squeezenet, cuda (cuda): exit 0" in log
+    assert "costs DRY RUN: timed by numpy on the CPU" in log
+    cached = [ln for ln in log.splitlines() if "squeezenet, cuda-cached (cuda): exit 0" in ln]
+    assert cached and cached[0].split("cache: ")[1].split(" -> ")[0] == cached[0].split(" -> ")[1]  # nothing new
+    assert "squeezenet: the cached run wrote the same model" in log
+    # taso_mlir came from the layout of the working tree, not from an installation
+    assert (tmp_path / "unpack" / "pkg" / "taso_mlir" / "passes").resolve() == ROOT / "passes"
+    with tarfile.open(out / "inprocess.tgz") as t:
+        names = {n.lstrip("./") for n in t.getnames()}
+    assert {"env.log", "BUNDLE.json", "cache/cuda-costs.json", "squeezenet.cuda.log", "squeezenet.cuda-cached.log",
+            "squeezenet.analytic.log"} <= names
