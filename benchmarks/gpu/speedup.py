@@ -325,9 +325,12 @@ class Run:
                 entry["same_graph_as"] = p["same_graph_as"]
             with self.lock:
                 self.res["models"].append(entry)
+            # (filled as it goes: a checkpoint or the watchdog writes what is known of a model under way)
+            part = {"files": {}, "timing": {}, "rounds": 0}
+            entry.update(files=part["files"], timing=part["timing"], rounds=0)
             try:
-                part = self.model(m, p["first"], time.monotonic() + share)
-                entry.update(files=part["files"], timing=part["timing"], rounds=part["rounds"])
+                self.model(m, p["first"], time.monotonic() + share, part)
+                entry["rounds"] = part["rounds"]
             except Exception as e:  # one model's failure is that model's
                 entry["status"] = "failed"
                 entry["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
@@ -355,23 +358,28 @@ class Run:
             p = plans[m["name"]]
             orig = m["variants"]["original"]["file"]
             lv = [v for v in p["variants"] if v in p["later_variants"]]
-            entry["later"] = {"variants": lv, "graphs": list(p["later"]), "files": {}, "status": "running"}
+            part = {"files": {}, "timing": {}, "rounds": 0}
+            entry["later"] = {"variants": lv, "graphs": list(p["later"]), "files": part["files"],
+                              "timing": part["timing"], "rounds": 0, "status": "running"}
             t = time.monotonic()
             try:
-                part = self.model(m, [orig] + p["later"], time.monotonic() + left / (len(later) - i))
-                with self.lock:
-                    entry["later"].update(files={orig: part["files"][orig]}, timing=part["timing"],
-                                          rounds=part["rounds"])
-                    entry["files"].update((f, fe) for f, fe in part["files"].items() if f != orig)
+                self.model(m, [orig] + p["later"], time.monotonic() + left / (len(later) - i), part)
+                failed = None
             except Exception as e:
-                entry["later"]["status"] = "failed"
-                entry["later"]["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-                entry["later"]["traceback"] = traceback.format_exc(limit=4)[-1500:]
-            else:
-                self.summarize(m, entry)
+                failed = {"status": "failed",
+                          "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
+                          "traceback": traceback.format_exc(limit=4)[-1500:]}
             finally:
                 self.exe.free()
+                with self.lock:  # the later graphs' checks beside the others'; the original's second check stays
+                    entry["later"]["rounds"] = part["rounds"]
+                    entry["later"]["files"] = {f: fe for f, fe in part["files"].items() if f == orig}
+                    entry["files"].update((f, fe) for f, fe in part["files"].items() if f != orig)
                 entry["later"]["elapsed_s"] = round(time.monotonic() - t, 2)
+            if failed:
+                entry["later"].update(failed)
+            else:
+                self.summarize(m, entry)
             print(_model_line(entry, later=True), flush=True)
             self.write()
         self.res["later_not_reached"] = [m["name"] for m in models if plans[m["name"]]["later"]
@@ -382,11 +390,11 @@ class Run:
         self._stop = True
         self.write(stopped=stopped)
 
-    def model(self, m: dict, files: list, until: float) -> dict:
-        """Load, check and time ``files`` of model ``m`` (interleaved rounds until ``until``): {files: per file
-        its plan and each executor's check, timing: executor -> file -> statistics, rounds}."""
+    def model(self, m: dict, files: list, until: float, part: dict) -> None:
+        """Load, check and time ``files`` of model ``m`` (interleaved rounds until ``until``) into ``part``:
+        {files: per file its plan and each executor's check, timing: executor -> file -> statistics, rounds}."""
         a = self.args
-        part = {"files": {f: {} for f in files}, "timing": {}, "rounds": 0}
+        part["files"].update((f, {}) for f in files)
         runners = {}  # (executor, file) -> runner
         try:
             for f in files:
@@ -440,7 +448,6 @@ class Run:
                 except Exception:
                     pass
             runners.clear()
-        return part
 
     def rounds(self, part: dict, runners: dict, until: float) -> None:
         a = self.args

@@ -339,9 +339,8 @@ def test_the_later_graphs_never_push_a_first_comparison_out_of_the_budget(tmp_pa
     monkeypatch.setattr(SP.Run, "_start_watchdog", lambda self: setattr(self, "_stop", False))
     calls = []
 
-    def fake_model(self, m, files, until):
+    def fake_model(self, m, files, until, part):
         calls.append((m["name"], list(files)))
-        part = {"files": {}, "timing": {"taso": {}}, "rounds": 0}
         for f in files:
             clock[0] += 1.0
             part["files"][f] = {"executors": {"taso": {"status": "ok", "check": {"ok": True, "rel_err": 0.0},
@@ -352,9 +351,8 @@ def test_the_later_graphs_never_push_a_first_comparison_out_of_the_budget(tmp_pa
             n += 1
         part["rounds"] = n
         for k, f in enumerate(files):
-            part["timing"]["taso"][f] = {"median_ms": 1.0 + k, "q1_ms": 1.0 + k, "q3_ms": 1.0 + k,
-                                         "rounds": [1.0 + k] * n}
-        return part
+            part["timing"].setdefault("taso", {})[f] = {"median_ms": 1.0 + k, "q1_ms": 1.0 + k, "q3_ms": 1.0 + k,
+                                                        "rounds": [1.0 + k] * n}
     monkeypatch.setattr(SP.Run, "model", fake_model)
     man = manifest("full")
     first_files = sum(len({e["file"] for v, e in m["variants"].items() if v != "opt-cuda-h200"})
@@ -429,6 +427,9 @@ SP.main(["--dry-run", "--set", "quick", "--models", "squeezenet", "--out", {str(
     assert r.returncode == 3, r.stdout + r.stderr
     res = json.loads((tmp_path / "s.json").read_text())
     assert "watchdog" in res["stopped"] and not res["complete"]
+    # what was known of the model under way is written: its files checked before the hang
+    (m,) = res["models"]
+    assert m["files"] and all(fe["executors"]["taso"]["status"] == "ok" for fe in m["files"].values())
 
 
 def test_fidelity_prices_the_files_with_a_calibration_table(tmp_path):
