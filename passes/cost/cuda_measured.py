@@ -6,7 +6,8 @@ process: a signature it has not priced before is planned, prepared and timed by 
 elementwise ops and data movement; TASO's 8 warm-up runs and 32 timed runs between device events, the median),
 and the result is cached on disk per device, so that a second search of the same model times nothing.
 
-- **The cache**: ``$TASO_CACHE_DIR/cuda-costs.json`` (default ``~/.cache/taso-mlir/``), the same
+- **The cache**: ``$TASO_CACHE_DIR/cuda-costs.json`` (default ``$XDG_CACHE_HOME/taso-mlir/``, else
+  ``~/.cache/taso-mlir/``: ``oracle.cache_dir``), the same
   ``{"devices": {device: {signature: ms}}}`` file format as ``cpu``'s (``oracle.DiskCache``), keyed by the device
   (``device_key``): the GPU's name, the driver's version, the versions of the libraries the kernels run
   through (torch, cuDNN, cuBLAS, NVRTC, cuda-core, cuda-bindings, CuPy), a digest of the NVRTC kernels' source

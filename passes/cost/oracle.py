@@ -25,7 +25,7 @@ Backends (``get_cost_model(spec)``):
   ORT_ENABLE_ALL, 1 intra-op thread by default, warm-up then the median of timed repeats, loops
   long enough to be well above the timer's resolution, the session's empty-run overhead
   subtracted), cached on disk per device in ``$TASO_CACHE_DIR/cpu-costs.json`` (default
-  ``~/.cache/taso-mlir/``; the thread count also from ``$TASO_COST_CPU_THREADS``). Signatures it
+  ``$XDG_CACHE_HOME/taso-mlir/``, else ``~/.cache/taso-mlir/``; the thread count also from ``$TASO_COST_CPU_THREADS``). Signatures it
   cannot build (generic ops, dtypes it cannot feed) fall back to the ``analytic:cpu`` estimate for
   that many cores and are counted in ``estimated``.
 - ``cuda:<gpu>``: per-op latencies measured on that GPU, read from the table ``passes/cost/tables/<gpu>.json``
@@ -59,7 +59,10 @@ from taso_mlir.passes.cost.roofline import (  # noqa: F401 (the analytic model, 
 
 
 def cache_dir() -> str:
-    return os.environ.get("TASO_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "taso-mlir")
+    """Where measured costs are cached: ``$TASO_CACHE_DIR``, else ``taso-mlir`` in the user's cache folder
+    (``$XDG_CACHE_HOME``, else ``~/.cache``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.environ.get("TASO_CACHE_DIR") or os.path.join(base, "taso-mlir")
 
 
 def cpu_name() -> str:

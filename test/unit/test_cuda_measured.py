@@ -188,6 +188,24 @@ def test_the_device_key_names_the_gpu_driver_libraries_kernels_and_method():
     assert k != CM.device_key({"gpu": "NVIDIA H200", "driver": "580.159.04"}, {"torch": "2.12.0", "cuda-core": "1.2.0"})
 
 
+def test_the_cache_is_in_the_users_cache_folder(monkeypatch, tmp_path):
+    """``$TASO_CACHE_DIR``, else taso-mlir in ``$XDG_CACHE_HOME``, else in ``~/.cache`` (cpu's cache too)."""
+    from taso_mlir.passes.cost.oracle import cache_dir
+
+    monkeypatch.delenv("TASO_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == str(tmp_path / "xdg" / "taso-mlir")
+    cm = CM.CudaMeasured("GPU X", "GPU X | d", lambda: FakeBackend(times=[1.0]), H100)
+    cm.cost(ADD)
+    cm.close()
+    assert (tmp_path / "xdg" / "taso-mlir" / CM.CACHE_FILE).exists()
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir() == str(tmp_path / "home" / ".cache" / "taso-mlir")
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path / "mine"))
+    assert cache_dir() == str(tmp_path / "mine")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # the driver (cuda-python) and the errors
 
