@@ -113,6 +113,7 @@ timeout -k 5 "$(fit 60 20)" "$PY" -m taso_mlir.benchmarks.suite $QUICK --out "$U
 run() {
   local name=$1 target=$2 m=$3 t0 ms rc before after
   local opts="target=$target${PIPELINE_EXTRA:+ $PIPELINE_EXTRA}"
+  rm -f "$UNPACK/models/$m.$name.onnx"  # (an earlier run's must not stand for this one's)
   before=$(cache_count)
   t0=$(date +%s%N)
   timeout -k 5 "$(fit 60 3)" "$PY" -m taso_mlir.tools.taso_opt "$UNPACK/models/$m.onnx" -o "$UNPACK/models/$m.$name.onnx" \
@@ -122,7 +123,8 @@ run() {
   after=$(cache_count)
   ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   say "$m, $name ($target): exit $rc in $(( ms / 1000 )).$(( ms % 1000 / 100 )) s; signatures in the cost cache: $before -> $after"
-  grep -E "^taso-opt: |^taso-search: target|had no measurement|error" "$LOGS/$m.$name.log" | head -6 | sed 's/^/   /' >> "$SUMMARY"
+  grep -E "^taso-opt: |^taso-search: target|had no measurement|error|warning" "$LOGS/$m.$name.log" | head -8 \
+    | sed 's/^/   /' >> "$SUMMARY"
   if [ $rc -ne 0 ]; then failed=$(( failed + 1 )); fi
   return $rc
 }

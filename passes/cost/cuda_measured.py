@@ -193,6 +193,7 @@ class CudaMeasured(CostModel):
         self.measure_s = 0.0  # seconds spent starting the backend and measuring
         self.unsupported: dict = {}
         self.failed: dict = {}
+        self.paths: dict = {}  # the backend's kernel paths, once started
         self._flushed = time.monotonic()
 
     # -- pricing
@@ -207,6 +208,15 @@ class CudaMeasured(CostModel):
                                 f"({type(e).__name__}: {one_line(e, 200)})") from None
             finally:
                 self.measure_s += time.monotonic() - t
+            # which kernels run (cuDNN, cuBLAS, NVRTC through cuda.core or CuPy, else torch's own): a path that
+            # fell back is said once, as its numbers are another library's
+            self.paths = dict(getattr(self._backend, "paths", dict)())
+            errors = self.paths.pop("errors", None) or {}
+            if errors:
+                _warn(f"cost-model=cuda on {self.gpu}: " + "; ".join(
+                    f"{k} failed ({one_line(str(v), 120)})" for k, v in list(errors.items())[:3])
+                    + f"; the kernels used: {self.paths.get('elementwise/movement', '?')}, events: "
+                      f"{self.paths.get('events', '?')}")
         return self._backend
 
     def _cost(self, sig: OpSig) -> float:

@@ -171,6 +171,20 @@ def test_a_backend_that_cannot_start_is_a_one_line_error(tmp_path):
     assert "\n" not in msg and "cannot start the CUDA kernel layer on GPU X" in msg and "no CUDA device" in msg
 
 
+def test_a_kernel_path_that_fell_back_is_said_once(tmp_path, capsys):
+    """Where NVRTC through cuda.core failed and another library's kernels run, the numbers are theirs: one
+    warning when the kernel layer starts, naming what failed and what runs instead."""
+    be = FakeBackend()
+    be.paths = lambda: {"elementwise/movement": "NVRTC kernels via cupy", "events": "torch.cuda.Event",
+                        "errors": {"nvrtc via cuda.core": "RuntimeError: CUDA_ERROR_INVALID_VALUE"}}
+    cm = model(tmp_path, be)
+    cm.cost(ADD), cm.cost(MATMUL)
+    err = capsys.readouterr().err
+    assert err.count("warning") == 1 and "nvrtc via cuda.core failed (RuntimeError: CUDA_ERROR_INVALID_VALUE)" in err
+    assert "the kernels used: NVRTC kernels via cupy, events: torch.cuda.Event" in err
+    assert cm.paths == {"elementwise/movement": "NVRTC kernels via cupy", "events": "torch.cuda.Event"}
+
+
 def test_the_report_says_what_was_measured_and_what_estimated(tmp_path):
     cm = model(tmp_path, FakeBackend())
     cm.cost(ADD), cm.cost(NO_KERNEL)
