@@ -445,6 +445,93 @@ def test_the_relaxation_cannot_halve_a_class_spread_over_e_nodes_sharing_an_oper
     assert res.cost == 10.0 and res.status == "Optimal" and res.gap == 0.0
 
 
+def test_the_relaxation_cannot_halve_a_class_over_two_paths_down_to_one_class(monkeypatch):
+    """Two levels, each class with two e-nodes (cost 1 each) on two paths (one more op each, cost 1)
+    down to one class below, over one e-node of cost 8: the optimum is 2 + 2 + 8. Without the rows for
+    the classes every choice needs, each path is taken at 1/2, the class below is read at 1/2 by each, so
+    needed at 1/2 only, and the bound halves at every level (2 + 1 + 2 = 5); with them, the relaxation's
+    optimum is the integer one. The rows are valid: the integer optimum is the same either way."""
+    def two_levels():
+        eg = E.EGraph()
+        a = _leaf(eg, 0)
+        below = eg.add_op("relu", (), (a,), [(1,)], "f32")[0]
+        for level in range(2):
+            p = eg.add_op(f"f{level}", (), (eg.add_op(f"h{level}", (), (below,), [(1,)], "f32")[0],), [(1,)], "f32")[0]
+            q = eg.add_op(f"g{level}", (), (eg.add_op(f"k{level}", (), (below,), [(1,)], "f32")[0],), [(1,)], "f32")[0]
+            eg.union(p, q)
+            eg.rebuild()
+            below = eg.find(p)
+        return eg, [below]
+
+    table = {"relu": 8.0, **{f"{op}{level}": 1.0 for op in "fghk" for level in range(2)}}
+    eg, roots = two_levels()
+    assert X.relaxation(eg, _Costs(eg, table), roots) == pytest.approx(12.0)
+    res = X.ilp(eg, _Costs(eg, table), roots)
+    assert res.cost == 12.0 and res.status == "Optimal" and res.gap == 0.0
+    monkeypatch.setattr(X, "_necessary_rows", lambda *a: [])
+    eg, roots = two_levels()
+    assert X.relaxation(eg, _Costs(eg, table), roots) == pytest.approx(5.0)
+    assert X.ilp(eg, _Costs(eg, table), roots).cost == 12.0
+
+
+def _brute_force(eg, costs, roots) -> float:
+    """The cheapest acyclic choice, by trying every choice of one unblocked e-node per reachable class."""
+    import itertools
+
+    classes = X.reachable(eg, roots)
+    options = [[n for n in eg.members[c] if n not in eg.blocked] for c in classes]
+    best = math.inf
+    for pick in itertools.product(*options):
+        chosen = dict(zip(classes, pick))
+        ops, state, ok = set(), {}, True
+
+        def visit(c):
+            if state.get(c) == 2:
+                return True
+            if state.get(c) == 1:
+                return False  # (a cycle)
+            state[c] = 1
+            n = chosen[c]
+            ops.add(n[:3])
+            if not all(visit(eg.find(k)) for k in n[2]):
+                return False
+            state[c] = 2
+            return True
+
+        for r in roots:
+            ok = ok and visit(eg.find(r))
+        if ok:
+            best = min(best, sum(costs.cost(op) for op in ops))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_integer_program_finds_the_cheapest_choice_of_small_random_e_graphs(seed):
+    """On small random e-graphs (ops of one or two operands over two leaves, random classes merged, so
+    alternatives, shared classes and cycles), the integer program's optimum is the cheapest acyclic
+    choice found by trying them all: its rows, those for the classes every choice needs included, cut
+    off no choice."""
+    rng = np.random.default_rng(seed)
+    eg = E.EGraph()
+    values = [_leaf(eg, 0), _leaf(eg, 1)]
+    kinds = [f"op{i}" for i in range(6)]
+    for i in range(int(rng.integers(5, 9))):
+        kind = kinds[int(rng.integers(len(kinds)))]
+        kids = tuple(values[int(j)] for j in rng.choice(len(values), size=int(rng.integers(1, 3))))
+        values.append(eg.add_op(kind, (("i", i),), kids, [(1,)], "f32")[0])
+    for _ in range(int(rng.integers(1, 4))):
+        a, b = (values[int(j)] for j in rng.choice(range(2, len(values)), size=2, replace=False))
+        eg.union(a, b)
+        eg.rebuild()
+    eg.filter_cycles()
+    table = {k: float(rng.integers(1, 10)) for k in kinds}
+    roots = [eg.find(values[-1])]
+    want = _brute_force(eg, _Costs(eg, table), roots)
+    res = X.ilp(eg, _Costs(eg, table), roots)
+    assert res is not None and res.cost == pytest.approx(want)
+    assert X.relaxation(eg, _Costs(eg, table), roots) <= want + 1e-9
+
+
 def test_cycles_are_filtered_and_extraction_is_acyclic():
     """A merge that makes a class reachable from itself: x = a, and x is also relu(x'), x' = neg(x) (as
     a split of a concat of x can be). The filter blocks the newest e-node on the cycle; the extraction
