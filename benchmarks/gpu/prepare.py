@@ -6,9 +6,11 @@ here and committed: per suite model (``benchmarks/suite.py``) the original ONNX 
 exports for each target (``analytic:t4``, ``analytic:h100``, then ``cuda:<gpu>`` for every measured table
 shipped in ``passes/cost/tables``: ``cuda:h200`` today, ``cuda:h100`` as soon as ``h100.json`` is there), the
 optimized graph checked against the original in onnxruntime with the real weights, and the predicted
-whole-graph cost of every file (the sum of its ops' costs, the file imported as the search sees a model) under
-each of those cost models, with the op signature keys and their counts so that a calibration table measured in
-the same GPU session can price the files there too.
+whole-graph cost of every file under each of those cost models: the sum of its kernels' costs, the file priced
+as the project's executor runs it (``predicted``: a Relu that ``execute.plan_graph`` fuses into its Conv or
+biased Gemm priced with it as one conv2d or matmul with ``activation = "relu"``, as the search prices it; what
+the executor folds on the host priced 0), with the kernels' signature keys and their counts so that a
+calibration table measured in the same GPU session can price the files there too.
 
 The analytic targets are the hand-set profiles (``analytic:<gpu>:datasheet``, ``SEARCH_SPECS``) whatever tables
 are shipped: once ``h100.json`` exists, ``analytic:h100`` alone would name the roofline fitted to it, and the
@@ -23,6 +25,7 @@ file and why (``same_graph_as``), and speedup.py times each file once.
 
     python benchmarks/gpu/prepare.py                           # the full suite and the quick set (~3 minutes)
     python benchmarks/gpu/prepare.py --sets quick --models nasrnn,squeezenet
+    python benchmarks/gpu/prepare.py --reprice                 # the committed files priced again (no search)
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ TARGETS = ("analytic:t4", "analytic:h100")
 SEARCH_SPECS = {"analytic:t4": "analytic:t4:datasheet", "analytic:h100": "analytic:h100:datasheet"}
 #: initializers at least this many elements are stripped
 STRIP_MIN = 1024
+#: how ``predicted`` prices a file (the manifest's ``priced``)
+PRICED = {"how": "each file as the project's executor runs it (execute.plan_graph): a Relu fused into the Conv or "
+                 "biased Gemm before it priced as one conv2d/matmul with activation relu (and the Gemm's bias), "
+                 "nodes folded on the host priced 0, every other op as imported"}
 
 
 def measured_targets() -> list[str]:
@@ -101,46 +108,159 @@ def optimize(model, where: str, target: str):
                                  "applied": rep.get("applied", {}), "estimated_costs": rep.get("estimated_costs", 0)}
 
 
+class _NoCost:
+    """A cost model that prices nothing (``predicted`` builds the graph once and prices its kernels after)."""
+
+    def cost(self, sig) -> float:
+        return 0.0
+
+
+def _named(model):
+    """``model``, or a copy whose nodes all have distinct names (an unnamed or repeated node gets a fresh one):
+    the executor's plan names the nodes each kernel runs, and the import keeps each ONNX node's name as its
+    ops' location, which is how ``predicted`` matches the two. Names change no cost."""
+    import onnx
+
+    names = collections.Counter(n.name for n in model.graph.node)
+    if all(n and c == 1 for n, c in names.items()):
+        return model
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    k = 0
+    for nd in m.graph.node:
+        if not nd.name or names[nd.name] > 1:
+            while f"taso_priced_{k}" in names:
+                k += 1
+            nd.name = f"taso_priced_{k}"
+            names[nd.name] = 1
+    return m
+
+
+def as_run(model) -> dict:
+    """How the project's executor runs ``model`` (its weights real or drawn): ``execute.plan_graph``, the very
+    plan the GPU run times, so that the fusion and folding rules live in one place. {"steps": node name -> the
+    Step (kernel) that runs it, "nodes": every node name, "kernels", "fused", "folded"}; a node without a step
+    is folded on the host, a step of two nodes is a Relu fused into the Conv or biased Gemm before it. Where the
+    executor cannot plan the model: {"error": why}."""
+    try:
+        gp = E.plan_graph(model)
+    except (E.ExecError, E.Unsupported) as e:
+        return {"error": str(e).splitlines()[0][:200]}
+    return {"steps": {n: st for st in gp.steps for n in st.nodes}, "nodes": {n.name for n in model.graph.node},
+            "kernels": len(gp.steps), "fused": gp.fused, "folded": gp.folded}
+
+
+def _as_kernels(g, mlir_ops, run: dict) -> dict:
+    """The imported graph's ops as the executor runs them (``run``: ``as_run``'s), matched by the ONNX node
+    names the import keeps as the ops' locations: node id -> None where the op is no kernel of its own (its
+    ONNX node folded on the host; a Relu fused into its producer; a biased Gemm's bias add, which the import
+    writes as an add after the matmul and the executor runs as the matmul's epilogue), or (attrs, operands,
+    operand shapes) where the op's kernel does more than the op as imported (the fused activation, the
+    Gemm's bias: the signature the search prices for a conv2d or matmul with ``activation = "relu"`` and a
+    bias); every other op is priced as imported."""
+    from taso_mlir.dialect.ops import loc_name
+    from taso_mlir.passes.search.tgraph import attrs_tuple
+
+    steps, names = run["steps"], run["nodes"]
+    by_node: dict = collections.defaultdict(list)  # ONNX node name -> its imported ops (not weights)
+    for nid, op in enumerate(mlir_ops):
+        n = g.nodes.get(nid)
+        if op is None or n is None or n.kind == "arg" or n.weight:
+            continue
+        nm = loc_name(op.location)
+        if nm in names:
+            by_node[nm].append(nid)
+    out: dict = {}
+    for nm, nids in by_node.items():
+        if nm not in steps:  # folded on the host
+            out.update((nid, None) for nid in nids)
+    for st in {id(st): st for st in steps.values()}.values():
+        if st.plan.op not in ("conv2d", "matmul"):
+            continue
+        ks = [nid for nid in by_node.get(st.nodes[0], ()) if g.nodes[nid].kind == st.plan.op]
+        if len(ks) != 1:
+            continue
+        k = ks[0]
+        kn = g.nodes[k]
+        attrs, operands = dict(kn.attrs), kn.operands
+        shapes = [g.nodes[v[0]].shapes[v[1]] or () for v in operands]
+        res = (k, 0)  # the value the kernel writes
+        if st.op_type == "Gemm" and st.plan.p.get("bias") and len(operands) == 2:
+            n_out = (kn.shapes[0] or (0,))[-1]
+            for a in by_node.get(st.nodes[0], ()):
+                an = g.nodes[a]
+                if an.kind != "ewadd" or res not in an.operands or len(an.operands) != 2:
+                    continue
+                b = an.operands[1] if an.operands[0] == res else an.operands[0]
+                if int(np.prod(g.nodes[b[0]].shapes[b[1]] or (0,), dtype=np.int64)) == n_out:
+                    out[a] = None
+                    operands, shapes, res = operands + (b,), shapes + [(n_out,)], (a, 0)
+                    break
+        if st.plan.p.get("act") == "relu" and len(st.nodes) > 1:
+            for r in by_node.get(st.nodes[1], ()):
+                if g.nodes[r].kind == "relu" and g.nodes[r].operands == (res,):
+                    out[r] = None
+                    attrs["activation"] = "relu"
+        if operands != kn.operands or attrs != dict(kn.attrs):
+            out[k] = (attrs_tuple(attrs), operands, tuple(tuple(s) for s in shapes))
+    return out
+
+
 def predicted(model, where: str, cost_models: list[str]) -> dict:
-    """The file's predicted whole-graph cost under each cost model (ms: the sum over its ops, as the search
-    prices a function as written), and its op signatures: [[key, kind, count, {model: ms}], ...]. The cost
-    models are named as the targets are (``analytic:h100`` is priced by ``spec``: the hand-set profile)."""
+    """The file's predicted whole-graph cost under each cost model (ms), priced as the project's executor runs
+    it (``as_run``, ``_as_kernels``): the sum over its kernels, each kernel the op signature the search prices
+    for it (a Conv or biased Gemm with the Relu the executor fuses into it is one conv2d or matmul with
+    ``activation = "relu"`` (and the Gemm's bias), as the search prices it; what the executor folds on the host
+    costs nothing; every other op as imported, as taso-search reports a function as written, every split its
+    own); and its kernels' signatures: [[key, kind, count, {model: ms}], ...], so that a calibration table
+    prices the file the same way. ``as_run``: the executor's plan (kernels, fused activations, folded nodes)
+    and the ops priced; ``error`` there (the executor cannot plan the file): every op priced as imported. The
+    cost models are named as the targets are (``analytic:h100`` is priced by ``spec``: the hand-set
+    profile)."""
     from taso_mlir.dialect.context import make_context
     from taso_mlir.dialect.onnx_import import import_onnx
     from taso_mlir.dialect.ops import function_bodies
     from taso_mlir.passes.cost.oracle import OpSig, get_cost_model
     from taso_mlir.passes.search import tgraph as T
 
+    model = _named(model)
+    run = as_run(model)
     ctx = make_context()
     module = import_onnx(model, ctx, where=where)
+    sigs = []  # the kernels' signatures, one per kernel
     with module.context:
-        funcs = function_bodies(module.operation)
-        out = {"total_ms": {}, "ops": []}
-        per_key: dict = {}
-        for name in cost_models:
-            cm = get_cost_model(spec(name))
+        for f in function_bodies(module.operation):
+            g, mlir_ops = T.from_function(f, T.Builder(_NoCost(), split_trees=False))
+            ker = _as_kernels(g, mlir_ops, run) if "steps" in run else {}
+            for nid, n in g.nodes.items():
+                if n.kind == "arg" or n.weight or (nid in ker and ker[nid] is None):
+                    continue
+                ins = ker[nid][1] if nid in ker else n.operands
+                attrs = ker[nid][0] if nid in ker else n.attrs
+                shapes = ker[nid][2] if nid in ker else tuple(g.nodes[v[0]].shapes[v[1]] or () for v in ins)
+                sigs.append(OpSig(n.kind.removeprefix("other:"), attrs, shapes, tuple(s or () for s in n.shapes),
+                                  n.dtype, n.weight, tuple(g.nodes[v[0]].weight for v in ins)))
+    per_key: dict = {}
+    for sig in sigs:
+        e = per_key.setdefault(sig.key(), {"kind": sig.kind, "count": 0, "sig": sig, "ms": {}})
+        e["count"] += 1
+    out: dict = {"total_ms": {}}
+    for name in cost_models:
+        cm = get_cost_model(spec(name))
+        try:
             total = 0.0
-            try:
-                for f in funcs:
-                    g, _ = T.from_function(f, T.Builder(cm, split_trees=False))
-                    total += g.cost
-                    for nid, n in g.nodes.items():
-                        if n.kind == "arg" or n.weight:
-                            continue
-                        ins = tuple(g.nodes[v[0]].shapes[v[1]] or () for v in n.operands)
-                        sig = OpSig(n.kind.removeprefix("other:"), n.attrs, ins, tuple(s or () for s in n.shapes),
-                                    n.dtype, n.weight, tuple(g.nodes[v[0]].weight for v in n.operands))
-                        k = sig.key()
-                        e = per_key.setdefault(k, {"kind": sig.kind, "count": 0, "ms": {}})
-                        if name == cost_models[0]:
-                            e["count"] += 1
-                        e["ms"][name] = cm.cost(sig)
-            finally:
-                cm.close()
-            out["total_ms"][name] = total
-            if getattr(cm, "estimated", 0):
-                out.setdefault("estimated", {})[name] = cm.estimated
-        out["ops"] = [[k, e["kind"], e["count"], e["ms"]] for k, e in sorted(per_key.items())]
+            for e in per_key.values():
+                e["ms"][name] = cm.cost(e["sig"])
+                total += e["count"] * e["ms"][name]
+        finally:
+            cm.close()
+        out["total_ms"][name] = total
+        if getattr(cm, "estimated", 0):
+            out.setdefault("estimated", {})[name] = cm.estimated
+    out["as_run"] = ({k: run[k] for k in ("kernels", "fused", "folded")} if "steps" in run
+                     else {"error": run["error"]})
+    out["as_run"]["priced_ops"] = len(sigs)
+    out["ops"] = [[k, e["kind"], e["count"], e["ms"]] for k, e in sorted(per_key.items())]
     return out
 
 
@@ -267,6 +387,45 @@ def prepare_model(name: str, build, out_dir: str, targets: list[str], cost_model
     return entry
 
 
+def reprice(out: str, sets: list, names: list) -> int:
+    """``--reprice``: every file of each set's manifest (``names``: those models only) priced again by
+    ``predicted`` (its stripped weights drawn: the costs depend on shapes, not values), the manifest's
+    predictions replaced and ``priced`` updated; the files, searches and everything else as they were. A file
+    whose digest is not the manifest's is an error (nothing written for that set)."""
+    import onnx
+
+    for s in sets:
+        d = os.path.join(out, s)
+        man_path = os.path.join(d, "manifest.json")
+        with open(man_path, encoding="utf-8") as f:
+            man = json.load(f)
+        n = 0
+        for m in man.get("models", []):
+            if names and m["name"] not in names:
+                continue
+            for fname, fe in m.get("files", {}).items():
+                model = onnx.load(os.path.join(d, fname))
+                if graph_digest(model) != fe["digest"]:
+                    print(f"prepare: error: {s}/{fname} is not the file its manifest describes (digest "
+                          f"{graph_digest(model)}, manifest {fe['digest']})", file=sys.stderr)
+                    return 1
+                E.fill_weights(model)
+                v = next((v for v, e in m["variants"].items() if e["file"] == fname), fname)
+                old = fe["predicted"]["total_ms"]
+                fe["predicted"] = predicted(model, f"{m['name']}:{v}", man["cost_models"])
+                n += 1
+                print(f"prepare: {s}/{fname}: " + ", ".join(
+                    f"{c} {old.get(c, float('nan')):.4g} -> {ms:.4g}" for c, ms in fe["predicted"]["total_ms"].items())
+                    + " ms", file=sys.stderr, flush=True)
+        man["priced"] = dict(PRICED, commit=_git_commit(),
+                             date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        with open(man_path, "w", encoding="utf-8") as f:
+            json.dump(man, f, indent=1)
+            f.write("\n")
+        print(f"prepare: {s}: {n} files priced again -> {man_path}", file=sys.stderr)
+    return 0
+
+
 def _git_commit() -> str:
     import subprocess
 
@@ -285,7 +444,12 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="", help="comma-separated suite models (default: all)")
     ap.add_argument("--targets", default="", help="the searches' targets (default: analytic:t4, analytic:h100, then "
                                                   "cuda:<gpu> for every shipped table)")
+    ap.add_argument("--reprice", action="store_true",
+                    help="no search: price the files already in each set's folder again (predicted), the manifest's "
+                         "cost models, and rewrite only the manifest's predictions (the files stay as they are)")
     a = ap.parse_args(argv)
+    if a.reprice:
+        return reprice(a.out, [s for s in a.sets.split(",") if s], [n for n in a.models.split(",") if n])
     from taso_mlir.benchmarks.suite import model_names, suite
     from taso_mlir.dialect.errors import TasoError, one_line
 
@@ -330,7 +494,7 @@ def main(argv=None) -> int:
             models.append(e)
         man = {"format": MANIFEST_FORMAT, "set": s, "commit": _git_commit(),
                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-               "targets": targets, "cost_models": cost_models,
+               "targets": targets, "cost_models": cost_models, "priced": PRICED,
                "specs": {c: spec(c) for c in dict.fromkeys(targets + cost_models)},
                "weights": f"float initializers of {STRIP_MIN} elements or more stripped; drawn on the GPU machine "
                           "from their recorded mean, deviation and range (execute.fill_weights, seed 0)",

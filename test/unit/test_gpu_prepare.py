@@ -149,3 +149,111 @@ def test_a_shipped_h100_table_adds_its_search_and_keeps_the_analytic_h100_hand_s
         new = m["variants"]["opt-analytic-h100"]["search"]
         assert new["cost_before_ms"] == pytest.approx(old["cost_before_ms"])
         assert new["cost_after_ms"] == pytest.approx(old["cost_after_ms"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the predicted cost: each file priced as the project's executor runs it
+
+
+def _onnx(nodes, inputs, outputs, inits):
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs], inits)
+    return onnx.helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _w(name, shape):
+    import numpy as np
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(np.random.default_rng(0).standard_normal(shape).astype(np.float32), name)
+
+
+def _cost(kind, attrs, ins, outs, weights, cm="analytic:t4"):
+    from taso_mlir.passes.cost.oracle import OpSig, get_cost_model
+
+    m = get_cost_model(P.spec(cm))
+    try:
+        return m.cost(OpSig(kind, tuple(sorted(attrs.items())), ins, outs, "f32", False, weights))
+    finally:
+        m.close()
+
+
+CONV = {"activation": "relu", "dilations": (1, 1), "group": 1, "pads": (1, 1, 1, 1), "strides": (1, 1)}
+
+
+def test_a_conv_and_the_relu_the_executor_fuses_into_it_are_priced_as_one_fused_conv():
+    """Conv + Relu (the Relu the conv's only user): the executor runs one cuDNN conv+bias+ReLU kernel, and the
+    search prices a conv2d with activation relu: the prediction is that op's cost, not a conv's plus a relu's
+    (a launch and a memory pass more), and its op list holds the fused signature alone."""
+    from onnx import helper
+
+    pytest.importorskip("taso_mlir.dialect.mlir")
+    m = _onnx([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+               helper.make_node("Relu", ["c"], ["y"], name="relu")],
+              [("x", [1, 16, 32, 32])], [("y", [1, 32, 32, 32])], [_w("w", (32, 16, 3, 3)), _w("b", (32,))])
+    p = P.predicted(m, "t", ["analytic:t4", "analytic:h100"])
+    ins, outs = ((1, 16, 32, 32), (32, 16, 3, 3), (32,)), ((1, 32, 32, 32),)
+    for cm in ("analytic:t4", "analytic:h100"):
+        fused = _cost("conv2d", CONV, ins, outs, (False, True, True), cm)
+        apart = (_cost("conv2d", dict(CONV, activation="none"), ins, outs, (False, True, True), cm)
+                 + _cost("relu", {}, outs, outs, (False,), cm))
+        assert p["total_ms"][cm] == pytest.approx(fused) and fused < apart
+    assert [(o[1], o[2]) for o in p["ops"]] == [("conv2d", 1)] and '["activation","relu"]' in p["ops"][0][0]
+    assert p["as_run"] == {"kernels": 1, "fused": 1, "folded": 0, "priced_ops": 1}
+
+
+def test_a_relu_the_executor_does_not_fuse_is_priced_apart():
+    """The conv's result used by the Relu and by an Add too: the executor runs the conv and the relu as two
+    kernels (its rule: the Relu is the conv's only user), and so does the prediction."""
+    from onnx import helper
+
+    pytest.importorskip("taso_mlir.dialect.mlir")
+    m = _onnx([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+               helper.make_node("Relu", ["c"], ["r"], name="relu"),
+               helper.make_node("Add", ["r", "c"], ["y"], name="add")],
+              [("x", [1, 16, 32, 32])], [("y", [1, 32, 32, 32])], [_w("w", (32, 16, 3, 3)), _w("b", (32,))])
+    p = P.predicted(m, "t", ["analytic:t4"])
+    assert sorted((o[1], o[2]) for o in p["ops"]) == [("conv2d", 1), ("ewadd", 1), ("relu", 1)]
+    assert '["activation","none"]' in next(o[0] for o in p["ops"] if o[1] == "conv2d")
+    assert p["as_run"]["fused"] == 0 and p["as_run"]["priced_ops"] == p["as_run"]["kernels"] == 3
+
+
+def test_a_biased_gemm_and_its_relu_are_one_matmul_and_what_the_executor_folds_costs_nothing():
+    """Gemm(x, W^T, C) + Relu: cuBLASLt's bias+ReLU epilogue, one kernel; the import writes it as a matmul, an
+    add and a relu, the prediction prices one matmul with the bias and activation relu (the search's biased
+    matmul). A Gemm of a Constant (NasRNN's first step on the zero state) is folded on the host: no cost."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    pytest.importorskip("taso_mlir.dialect.mlir")
+    zero = helper.make_node("Constant", [], ["h0"], name="h0",
+                            value=numpy_helper.from_array(np.zeros((2, 64), np.float32)))
+    m = _onnx([zero,
+               helper.make_node("Gemm", ["h0", "u"], ["hu"], transB=1, name="gemm0"),
+               helper.make_node("Gemm", ["x", "w", "c"], ["g"], transB=1, name="gemm"),
+               helper.make_node("Relu", ["g"], ["r"], name="relu"),
+               helper.make_node("Add", ["r", "hu"], ["y"], name="add")],
+              [("x", [2, 64])], [("y", [2, 128])], [_w("w", (128, 64)), _w("c", (128,)), _w("u", (128, 64))])
+    p = P.predicted(m, "t", ["analytic:t4"])
+    mm = _cost("matmul", {"activation": "relu"}, ((2, 64), (64, 128), (128,)), ((2, 128),), (False, True, True))
+    add = _cost("ewadd", {}, ((2, 128), (2, 128)), ((2, 128),), (False, False))
+    assert p["total_ms"]["analytic:t4"] == pytest.approx(mm + add)
+    assert sorted((o[1], o[2]) for o in p["ops"]) == [("ewadd", 1), ("matmul", 1)]
+    assert p["as_run"] == {"kernels": 2, "fused": 1, "folded": 2, "priced_ops": 2}
+
+
+def test_unnamed_nodes_are_matched_too():
+    """The executor's plan and the import are matched by node names: a model whose nodes have none (or the
+    same one) is priced on a copy with fresh names, the same as with names."""
+    from onnx import helper
+
+    pytest.importorskip("taso_mlir.dialect.mlir")
+    m = _onnx([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+               helper.make_node("Relu", ["c"], ["y"])],
+              [("x", [1, 16, 32, 32])], [("y", [1, 32, 32, 32])], [_w("w", (32, 16, 3, 3)), _w("b", (32,))])
+    p = P.predicted(m, "t", ["analytic:t4"])
+    assert [(o[1], o[2]) for o in p["ops"]] == [("conv2d", 1)] and p["as_run"]["fused"] == 1
+    assert not m.graph.node[0].name  # (the model itself unchanged)
