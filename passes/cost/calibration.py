@@ -40,6 +40,7 @@ from typing import Optional
 
 from taso_mlir.dialect.errors import TasoError, one_line
 from taso_mlir.passes.cost.oracle import CostModel, OpSig, wrapping_cost_models
+from taso_mlir.passes.cost.roofline import sig_from_record, sig_record  # noqa: F401 (re-exported)
 
 FORMAT = "taso-mlir signatures 1"
 #: what the dump runs by default: both searches under every analytic profile (the sites a search visits
@@ -87,30 +88,6 @@ class Recording(CostModel):
 
     def close(self) -> None:
         self.inner.close()
-
-
-def sig_record(sig: OpSig) -> dict:
-    """A signature as a JSON object (``sig_from_record`` reads it back)."""
-    return {"key": sig.key(), "kind": sig.kind, "attrs": [[k, _jsonable(v)] for k, v in sig.attrs],
-            "in_shapes": [list(s) for s in sig.in_shapes], "out_shapes": [list(s) for s in sig.out_shapes],
-            "dtype": sig.dtype, "weights": [int(bool(w)) for w in sig.weights]}
-
-
-def sig_from_record(r: dict) -> OpSig:
-    def tup(v):
-        return tuple(tup(x) for x in v) if isinstance(v, list) else v
-
-    return OpSig(r["kind"], tuple((k, tup(v)) for k, v in r["attrs"]), tuple(tuple(s) for s in r["in_shapes"]),
-                 tuple(tuple(s) for s in r["out_shapes"]), r.get("dtype", "f32"), False,
-                 tuple(bool(w) for w in r.get("weights", ())))
-
-
-def _jsonable(v):
-    if isinstance(v, (tuple, list)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, (bool, int, float, str)) or v is None:
-        return v
-    return str(v)  # (as OpSig.key writes it)
 
 
 def read_signatures(path: str) -> tuple[dict, list[dict]]:

@@ -6,7 +6,7 @@ measured in the searching process), the calibration that writes the shipped ``cu
 It imports only the standard library and numpy at the top, and torch, cuda-python and CuPy inside the CUDA
 backend, never taso_mlir: on the GPU machine, where taso_mlir is not installed, the scripts load it by its path.
 
-A signature is a record (``calibration.sig_record``: ``kind``, ``attrs`` as [name, value] pairs, ``in_shapes``,
+A signature is a record (``roofline.sig_record``: ``kind``, ``attrs`` as [name, value] pairs, ``in_shapes``,
 ``out_shapes``, ``dtype``). ``plan(rec)`` maps it to a backend-neutral ``Plan`` (``Unsupported`` where there is no
 kernel); a backend's ``prepare(rec, plan)`` allocates inputs and outputs and builds the kernels (``Prepared``),
 its ``time(prepared, warmup, repeats, cap_s)`` times the runs; ``measure`` does the three for one signature.

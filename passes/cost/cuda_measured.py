@@ -7,8 +7,8 @@ elementwise ops and data movement; TASO's 8 warm-up runs and 32 timed runs betwe
 and the result is cached on disk per device, so that a second search of the same model times nothing.
 
 - **The cache**: ``$TASO_CACHE_DIR/cuda-costs.json`` (default ``$XDG_CACHE_HOME/taso-mlir/``, else
-  ``~/.cache/taso-mlir/``: ``oracle.cache_dir``), the same
-  ``{"devices": {device: {signature: ms}}}`` file format as ``cpu``'s (``oracle.DiskCache``), keyed by the device
+  ``~/.cache/taso-mlir/``: ``disk_cache.cache_dir``), the same
+  ``{"devices": {device: {signature: ms}}}`` file format as ``cpu``'s (``disk_cache.DiskCache``), keyed by the device
   (``device_key``): the GPU's name, the driver's version, the versions of the libraries the kernels run
   through (torch, cuDNN, cuBLAS, NVRTC, cuda-core, cuda-bindings, CuPy), a digest of the NVRTC kernels' source
   and the method (warm-ups, repeats, strict FP32). The key is read from the driver and the installed packages'
@@ -39,8 +39,8 @@ from typing import Optional
 
 from taso_mlir.dialect.errors import TasoError, one_line
 from taso_mlir.passes.cost import cuda_kernels as K
-from taso_mlir.passes.cost.oracle import DiskCache, _warn, cache_dir, cpu_name, describe
-from taso_mlir.passes.cost.roofline import GPU_PROFILES, Analytic, CostModel, OpSig
+from taso_mlir.passes.cost.disk_cache import DiskCache, cache_dir, warn
+from taso_mlir.passes.cost.roofline import GPU_PROFILES, Analytic, CostModel, OpSig, sig_record
 
 #: the rehearsal: the dry backend (numpy on the CPU) stands in for the GPU
 DRY_ENV = "TASO_CUDA_DRY_RUN"
@@ -213,15 +213,13 @@ class CudaMeasured(CostModel):
             self.paths = dict(getattr(self._backend, "paths", dict)())
             errors = self.paths.pop("errors", None) or {}
             if errors:
-                _warn(f"cost-model=cuda on {self.gpu}: " + "; ".join(
+                warn(f"cost-model=cuda on {self.gpu}: " + "; ".join(
                     f"{k} failed ({one_line(str(v), 120)})" for k, v in list(errors.items())[:3])
                     + f"; the kernels used: {self.paths.get('elementwise/movement', '?')}, events: "
                       f"{self.paths.get('events', '?')}")
         return self._backend
 
     def _cost(self, sig: OpSig) -> float:
-        from taso_mlir.passes.cost.calibration import sig_record
-
         k = sig.key()
         ms = self.cache.get(k)
         if ms is not None:
@@ -244,7 +242,7 @@ class CudaMeasured(CostModel):
             return self._estimate(sig)
         except Exception as e:
             self.failed[k] = f"{type(e).__name__}: {one_line(e, 200)}"
-            _warn(f"cost-model=cuda: {sig.kind} {list(map(list, sig.in_shapes))} failed on {self.gpu} "
+            warn(f"cost-model=cuda: {sig.kind} {list(map(list, sig.in_shapes))} failed on {self.gpu} "
                   f"({self.failed[k]}); estimating it" + (
                       f"; {MAX_FAILURES} signatures failed: nothing more is measured in this process"
                       if len(self.failed) == MAX_FAILURES else ""))
@@ -272,10 +270,10 @@ class CudaMeasured(CostModel):
     # -- reporting
 
     def describe(self) -> str:
-        what = (f"DRY RUN: timed by numpy on the CPU ({cpu_name()}), not a GPU measurement" if self.rehearsal
+        what = ("DRY RUN: timed by numpy on the CPU, not a GPU measurement" if self.rehearsal
                 else f"measured on {self.gpu} by this process")
         return (f"{what} ({self.warmup} warm-ups, {self.repeats} timed runs, medians; cached per device); signatures "
-                f"without a kernel {describe(self.fallback)}")
+                f"without a kernel {self.fallback.describe()}")
 
     def counts(self) -> dict:
         """The distinct signatures priced so far: ``measured`` (``timed`` now, the rest from the cache),
@@ -294,7 +292,7 @@ def get(spec: str) -> CudaMeasured:
     """``cost-model=cuda``: measured on this process's GPU, or a one-line error saying why it cannot be."""
     dry = dry_run()
     if dry:
-        dev = {"gpu": f"DRY RUN: numpy on the CPU ({cpu_name()}), not a GPU measurement", "driver": "none"}
+        dev = K.DryBackend(None).device_info()  # ("DRY RUN: numpy on the CPU (...), not a GPU measurement")
         versions = _versions(("numpy",))
     else:
         why = unavailable()

@@ -43,26 +43,19 @@ import contextlib
 import json
 import os
 import platform
-import sys
 import time
 
 import numpy as np
 
 from taso_mlir.dialect.errors import TasoError, one_line
 from taso_mlir.dialect.specs import RELU6_MAX
+from taso_mlir.passes.cost.disk_cache import DiskCache, cache_dir, warn  # noqa: F401 (re-exported)
 from taso_mlir.passes.cost.roofline import (  # noqa: F401 (the analytic model, re-exported)
     GPU_PROFILES, PROFILES, Analytic, CostModel, OpSig, Profile, cpu_profile, flops, nbytes)
 
 
 # ---------------------------------------------------------------------------------------------
 # CPU measured (onnxruntime)
-
-
-def cache_dir() -> str:
-    """Where measured costs are cached: ``$TASO_CACHE_DIR``, else ``taso-mlir`` in the user's cache folder
-    (``$XDG_CACHE_HOME``, else ``~/.cache``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.environ.get("TASO_CACHE_DIR") or os.path.join(base, "taso-mlir")
 
 
 def cpu_name() -> str:
@@ -76,68 +69,7 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown cpu"
 
 
-def _warn(msg: str) -> None:
-    sys.stderr.write(f"taso-mlir: warning: {msg}\n")
-
-
 _NP_DTYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64}
-
-
-class DiskCache:
-    """Measured costs on disk, ``{"version": 1, "devices": {device: {key: ms}}}`` in one JSON file that
-    processes share: ``get``/``put`` for one device (the measured models' device strings: which CPU, or which
-    GPU, driver and libraries), ``flush`` merges this instance's new entries into the file atomically (temp file
-    and rename; other processes' entries survive). An unreadable file is ignored with a warning, and replaced
-    at the next flush."""
-
-    def __init__(self, path: str, device: str):
-        self.path, self.device = path, device
-        self._new: dict = {}
-        self._disk = self._load().get(device, {})
-
-    def get(self, key: str):
-        """The cached ms of ``key`` on this device, or None."""
-        v = self._disk.get(key)
-        return None if v is None else float(v)
-
-    def put(self, key: str, ms: float) -> None:
-        self._disk[key] = self._new[key] = ms
-
-    def __len__(self) -> int:
-        return len(self._disk)
-
-    def _load(self) -> dict:
-        """The cache file's {device: {key: ms}}; {} if missing, a warning if unreadable."""
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as e:
-            _warn(f"ignoring the unreadable cost cache {self.path} ({one_line(e)})")
-            return {}
-        devices = data.get("devices") if isinstance(data, dict) else None
-        if not isinstance(devices, dict) or not all(
-                isinstance(v, dict) and all(isinstance(x, (int, float)) for x in v.values()) for v in devices.values()):
-            _warn(f"ignoring the cost cache {self.path}: not a taso-mlir cost cache")
-            return {}
-        return devices
-
-    def flush(self) -> None:
-        """Merge the new entries into the file (a warning where it cannot be written)."""
-        if not self._new:
-            return
-        try:
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            devices = self._load() if os.path.exists(self.path) else {}  # other processes' entries survive
-            devices.setdefault(self.device, {}).update(self._new)
-            tmp = f"{self.path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"version": 1, "devices": devices}, f, sort_keys=True, indent=0)
-            os.replace(tmp, self.path)
-            self._new = {}
-        except OSError as e:
-            _warn(f"cannot write the cost cache {self.path} ({one_line(e)})")
 
 
 class CpuMeasured(CostModel):
@@ -188,7 +120,7 @@ class CpuMeasured(CostModel):
             t2 = self._run_time(two, [shape], [shape], np.float32)
             ms = max(0.0, 1e3 * (2 * t1 - t2 - base))  # two sessions' overheads vs one
         except Exception as e:  # onnxruntime refuses the models: no layout effect is assumed
-            _warn(f"cannot time the layout reorder of {list(shape)} in onnxruntime ({one_line(e, 160)})")
+            warn(f"cannot time the layout reorder of {list(shape)} in onnxruntime ({one_line(e, 160)})")
             ms = 0.0
         self.layouts_measured += 1
         self.cache.put(k, ms)
@@ -204,7 +136,7 @@ class CpuMeasured(CostModel):
             try:
                 ms = self._time(model, sig)
             except Exception as e:  # onnxruntime refuses the model (a dtype or attribute it lacks)
-                _warn(f"cannot time {sig.kind} in onnxruntime ({one_line(e, 160)}); estimating it")
+                warn(f"cannot time {sig.kind} in onnxruntime ({one_line(e, 160)}); estimating it")
         if ms is None:
             self.estimated += 1
             return self.fallback.cost(sig)
@@ -428,13 +360,8 @@ def is_measured(cm: "CostModel") -> bool:
 def describe(cm: "CostModel") -> str:
     """What a cost model's numbers are, for people: measured where, or estimated by which model."""
     cm = unwrap(cm)
-    if hasattr(cm, "describe"):  # a measured table, or a roofline fitted to one (cuda_table)
+    if hasattr(cm, "describe"):  # a roofline (Analytic.describe), a measured table or a GPU measured in process
         return cm.describe()
-    if isinstance(cm, Analytic):
-        dev = cm.p.name
-        what = f"an NVIDIA {dev.upper()}" if dev in GPU_PROFILES else f"a {dev} profile"
-        return f"estimated by the analytic roofline of {what}" + (" (hand-set datasheet profile)"
-                                                                   if cm.name.endswith(":datasheet") else "")
     return f"measured on this machine's CPU ({cpu_name()}) in onnxruntime, {cm.threads} thread(s)"
 
 

@@ -1,7 +1,7 @@
-"""The analytic cost model: op signatures (``OpSig``), device profiles (``PROFILES``) and the roofline
-over them (``Analytic``), with the ``CostModel`` base every backend shares. ``oracle.py`` has the
-measured backends and ``get_cost_model``; ``cuda_table.py`` the measured GPU tables (see ``oracle``'s
-docstring for the model)."""
+"""The analytic cost model: op signatures (``OpSig``; as JSON records, ``sig_record``), device profiles
+(``PROFILES``) and the roofline over them (``Analytic``), with the ``CostModel`` base every backend shares.
+``oracle.py`` has the measured backends and ``get_cost_model``; ``cuda_table.py`` the measured GPU tables,
+``cuda_measured.py`` the GPU measured in process (see ``oracle``'s docstring for the model)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,30 @@ class OpSig:
 
     def is_weight(self, j: int) -> bool:
         return j < len(self.weights) and bool(self.weights[j])
+
+
+def sig_record(sig: OpSig) -> dict:
+    """A signature as a JSON object (``sig_from_record`` reads it back)."""
+    return {"key": sig.key(), "kind": sig.kind, "attrs": [[k, _jsonable(v)] for k, v in sig.attrs],
+            "in_shapes": [list(s) for s in sig.in_shapes], "out_shapes": [list(s) for s in sig.out_shapes],
+            "dtype": sig.dtype, "weights": [int(bool(w)) for w in sig.weights]}
+
+
+def sig_from_record(r: dict) -> OpSig:
+    def tup(v):
+        return tuple(tup(x) for x in v) if isinstance(v, list) else v
+
+    return OpSig(r["kind"], tuple((k, tup(v)) for k, v in r["attrs"]), tuple(tuple(s) for s in r["in_shapes"]),
+                 tuple(tuple(s) for s in r["out_shapes"]), r.get("dtype", "f32"), False,
+                 tuple(bool(w) for w in r.get("weights", ())))
+
+
+def _jsonable(v):
+    if isinstance(v, (tuple, list)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    return str(v)  # (as OpSig.key writes it)
 
 
 @dataclass(frozen=True)
@@ -206,6 +230,13 @@ class Analytic(CostModel):
         super().__init__()
         self.p = profile
         self.name = f"analytic:{profile.name}"
+
+    def describe(self) -> str:
+        """What its numbers are, for people (``oracle.describe``)."""
+        dev = self.p.name
+        what = f"an NVIDIA {dev.upper()}" if dev in GPU_PROFILES else f"a {dev} profile"
+        return f"estimated by the analytic roofline of {what}" + (" (hand-set datasheet profile)"
+                                                                   if self.name.endswith(":datasheet") else "")
 
     def _cost(self, sig: OpSig) -> float:
         p = self.p
