@@ -257,3 +257,25 @@ def test_unnamed_nodes_are_matched_too():
     p = P.predicted(m, "t", ["analytic:t4"])
     assert [(o[1], o[2]) for o in p["ops"]] == [("conv2d", 1)] and p["as_run"]["fused"] == 1
     assert not m.graph.node[0].name  # (the model itself unchanged)
+
+
+@pytest.mark.parametrize("s", ["full", "quick"])
+def test_the_committed_predictions_price_each_file_as_the_executor_runs_it(s):
+    """Every committed file is priced kernel by kernel as execute.plan_graph runs it (one priced op per kernel;
+    no fused Relu or folded node priced), and where the executor and the search agree on the graph the
+    prediction under the search's own cost model is the search's cost after."""
+    man = manifest(s)
+    assert "execute.plan_graph" in man["priced"]["how"]
+    for m in man["models"]:
+        for f, fe in m["files"].items():
+            ar = fe["predicted"]["as_run"]
+            assert "error" not in ar and ar["priced_ops"] == ar["kernels"], (f, ar)
+            assert sum(o[2] for o in fe["predicted"]["ops"]) == ar["kernels"]
+            relus = fe["op_types"].get("Relu", 0)
+            assert sum(o[2] for o in fe["predicted"]["ops"] if o[1] == "relu") == relus - ar["fused"], f
+    if s == "full":  # e.g. ResNet-50's analytic:t4 graph: every Relu fused, as the search priced it
+        m = next(x for x in man["models"] if x["name"] == "resnet50")
+        for v in ("opt-analytic-t4", "opt-analytic-h100", "opt-cuda-h200"):
+            e = m["variants"][v]
+            got = m["files"][e["file"]]["predicted"]["total_ms"][e["search"]["target"]]
+            assert got == pytest.approx(e["search"]["cost_after_ms"], rel=1e-9), v
