@@ -1,6 +1,9 @@
 """The GPU speedup report on the CPU (issue 25): ``speedup.py``'s results JSON (copied from the GPU run's
 output folder) -> ``benchmarks/RESULTS-gpu.md`` with a chart (matplotlib, which the GPU machine may lack) and
-the issue's targets (TENSAT's published cost reductions, as speedups) beside the measured ratios.
+the issue's targets (TENSAT's published cost reductions, as speedups) beside the measured ratios. The fidelity's
+predictions come from the prepared set's manifest as it is now (``reprice``: the run's measurements with the
+files priced as ``prepare.py`` prices them today, e.g. after ``prepare.py --reprice``; ``--as-recorded``: the
+predictions the run was given).
 
     python benchmarks/gpu/report.py benchmarks/results/gpu/speedup.json            # -> benchmarks/RESULTS-gpu.md
     python benchmarks/gpu/report.py out/speedup.json --md out/R.md --chart out/speedup-gpu.png
@@ -132,11 +135,103 @@ def target_table(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _within(rows: list, lo: float = 0.9, hi: float = 1.1) -> str:
+    """``rows``: predicted/measured ratios; "a-b (k of n within 10%)"."""
+    if not rows:
+        return "-"
+    k = sum(1 for r in rows if lo <= r <= hi)
+    return f"{min(rows):.2f}-{max(rows):.2f} ({k} of {len(rows)} within 10%)"
+
+
+def reprice(res: dict, man: dict, table, man_path: str) -> str:
+    """The fidelity's predictions (in place) from the prepared set's manifest as it is now (``man``:
+    ``prepare.predicted``'s prices, e.g. after ``prepare.py --reprice``), and the table column from its ops and
+    ``table`` (``speedup.load_table``'s, the table the run used; None: that column as recorded). The measured
+    latencies stay the run's. A file whose plan on the GPU (steps, fused activations, folded nodes, as the run
+    recorded them) is not the manifest's ``as_run`` keeps the run's predictions. Returns the markdown paragraph
+    that says what was re-priced and how (empty where nothing changed)."""
+    files = {m["name"]: m.get("files") or {} for m in man.get("models", [])}
+    before, after, kept, changed, total = [], [], [], 0, 0
+    col = "table" if table else None
+    for m in res["models"]:
+        for f, r in (m.get("fidelity") or {}).items():
+            fe = files.get(m["name"], {}).get(f)
+            meas = r.get("measured_ms")
+            old_t = (r.get("table") or {}).get("ms")
+            plan = (((m.get("files") or {}).get(f) or {}).get("plan")) or {}
+            ar = ((fe or {}).get("predicted") or {}).get("as_run") or {}
+            if fe is None or (plan and ar and (plan.get("steps"), plan.get("fused_activations"), plan.get(
+                    "folded_nodes")) != (ar.get("kernels"), ar.get("fused"), ar.get("folded"))):
+                kept.append(f)
+                continue
+            total += 1
+            new = dict(fe["predicted"]["total_ms"])
+            if any(abs(new[c] - r["predicted_ms"][c]) > 1e-9 * abs(new[c]) for c in r.get("predicted_ms", {})
+                   if c in new):
+                changed += 1
+            r["predicted_ms"].update(new)
+            if table and "table" in r:
+                r["table"] = SP.table_cost(table, fe["predicted"]["ops"])
+                if meas and old_t:
+                    before.append(old_t / meas)
+                    after.append(r["table"]["ms"] / meas)
+    cms = res.setdefault("manifest", {}).setdefault("cost_models", [])
+    more = [c for c in man.get("cost_models") or [] if c not in cms]
+    cms += more  # (the manifest's cost models the run's lacked, e.g. a table shipped since: a column each)
+    if not changed and not kept and not more and all(abs(a - b) < 1e-9 * b for a, b in zip(before, after)):
+        return ""
+    priced = man.get("priced") or {}
+    rel = os.path.relpath(man_path, ROOT) if os.path.abspath(man_path).startswith(ROOT) else os.path.basename(man_path)
+    run_commit = (res.get("manifest") or {}).get("commit")
+    text = (f"**Predictions re-priced** on the CPU from `{rel}`"
+            + (f" (priced at commit {priced['commit']})" if priced.get("commit") else "")
+            + "; the measured latencies are the run's. ")
+    if priced.get("how"):
+        text += f"Pricing: {priced['how']} (the search prices its graphs the same way). "
+    if changed:
+        text += (f"The run's own predictions (kept in its JSON; manifest of commit {run_commit}) priced every op as "
+                 "imported: a Relu after a Conv or Gemm, a Gemm's bias add and the nodes folded on the host each a "
+                 f"kernel of its own; {changed} of the {total} files price otherwise now. ")
+    if col and before:
+        text += (f"With the run's table ({table['summary']['name']}, {table['summary']['date']}; the signatures it "
+                 f"lacks by the analytic H100 roofline, as speedup.py prices them), predicted/measured is now "
+                 f"{_within(after)}, was {_within(before)}. ")
+    elif not col:
+        text += "The table column is as the run recorded it (its table was not found). "
+    if more:
+        text += (f"Column{'s' if len(more) > 1 else ''} {', '.join(f'`{c}`' for c in more)}: the manifest's "
+                 "(the shipped table, the signatures it lacks by its fitted estimate, as `cost-model=cuda:<gpu>` "
+                 "prices them).")
+    if kept:
+        text += (f" Not re-priced (the manifest's plan of the file is not the one the GPU ran, or the file is not "
+                 f"in it): {', '.join(kept)}.")
+    return text.strip()
+
+
+def find_table(res: dict, path: str = ""):
+    """The table the run priced its fidelity column with: ``path``, else the shipped table of the run's table
+    name (``passes/cost/tables/<name>.json``), if its date and size are the run's; None otherwise."""
+    want = res.get("table") or {}
+    cands = [path] if path else ([os.path.join(ROOT, "passes", "cost", "tables", f"{want['name']}.json")]
+                                 if want.get("name") else [])
+    for p in cands:
+        t = SP.load_table(p) if os.path.exists(p) else None
+        same = t and t["summary"]["date"] == want.get("date") and t["summary"]["entries"] == want.get("entries")
+        if t and (path or same):
+            return t
+    return None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="the GPU speedup report: markdown and a chart from speedup.json")
     ap.add_argument("results", help="speedup.py's results JSON")
     ap.add_argument("--md", default=os.path.join(ROOT, "benchmarks", "RESULTS-gpu.md"))
     ap.add_argument("--chart", default="", help="the chart (default: speedup-gpu.png beside the results JSON)")
+    ap.add_argument("--manifest", default="", help="re-price the fidelity's predictions from this manifest (default: "
+                                                   "benchmarks/gpu/models/<the run's set>/manifest.json, if there)")
+    ap.add_argument("--table", default="", help="the run's calibration table, for the table column (default: the "
+                                                "shipped passes/cost/tables/<name>.json, if its date is the run's)")
+    ap.add_argument("--as-recorded", action="store_true", help="the predictions as the run recorded them")
     a = ap.parse_args(argv)
     try:
         with open(a.results, encoding="utf-8") as f:
@@ -147,6 +242,12 @@ def main(argv=None) -> int:
     if res.get("format") != SP.RESULTS_FORMAT:
         print(f"report: error: {a.results} is not a speedup results file", file=sys.stderr)
         return 2
+    note = ""
+    man_path = a.manifest or os.path.join(HERE, "models", (res.get("manifest") or {}).get("set", "full"),
+                                          "manifest.json")
+    if not a.as_recorded and os.path.exists(man_path):
+        with open(man_path, encoding="utf-8") as f:
+            note = reprice(res, json.load(f), find_table(res, a.table) if res.get("table") else None, man_path)
     png = a.chart or os.path.join(os.path.dirname(os.path.abspath(a.results)), "speedup-gpu.png")
     rel = ""
     try:
@@ -155,6 +256,11 @@ def main(argv=None) -> int:
     except ImportError as e:
         print(f"report: note: no chart ({e})", file=sys.stderr)
     text = SP.markdown(res, chart=rel) + "\n" + target_table(res)
+    if note:  # (after the fidelity table's heading)
+        head = "## Cost-model fidelity"
+        i = text.find(head)
+        j = text.find("\n", i) if i >= 0 else -1
+        text = text[:j + 1] + "\n" + note + "\n" + text[j + 1:] if j >= 0 else text + "\n" + note + "\n"
     with open(a.md, "w", encoding="utf-8") as f:
         f.write(text)
     print(f"report: {a.md}" + (f", {png}" if rel else ""))

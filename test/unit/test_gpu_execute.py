@@ -529,6 +529,59 @@ def test_report_reads_the_committed_h200_results(tmp_path):
     assert "| Inception-v3 | 1.11x | 1.302x (1.301-1.303), analytic:h100 (met) |" in text
 
 
+def test_the_report_reprices_the_fidelity_from_the_manifest_and_keeps_the_measurements():
+    """report.reprice: each fidelity row's predictions from the manifest as it is now (the table column from its
+    ops and the run's table), the measured latency the run's; a file whose plan on the GPU is not the one the
+    manifest priced keeps the run's predictions and is named; the paragraph says what changed."""
+    import report as RP
+
+    plan = {"steps": 2, "fused_activations": 1, "folded_nodes": 0}
+    res = {"manifest": {"set": "full", "commit": "abc", "cost_models": ["analytic:t4"]},
+           "models": [{"name": "m", "files": {"a.onnx": {"plan": plan}, "b.onnx": {"plan": dict(plan, steps=3)}},
+                       "fidelity": {f: {"predicted_ms": {"analytic:t4": 3.0}, "measured_ms": 2.0,
+                                        "table": {"ms": 2.4, "measured_ops": 3, "estimated_ops": 0}}
+                                    for f in ("a.onnx", "b.onnx")}}]}
+    ops = [["k1", "conv2d", 1, {"analytic:h100": 0.5}], ["k2", "pool", 1, {"analytic:h100": 0.25}]]
+    fe = {"predicted": {"total_ms": {"analytic:t4": 2.5, "cuda:h200": 2.1}, "ops": ops,
+                        "as_run": {"kernels": 2, "fused": 1, "folded": 0, "priced_ops": 2}}}
+    man = {"cost_models": ["analytic:t4", "cuda:h200"], "priced": {"how": "as run", "commit": "def"},
+           "models": [{"name": "m", "files": {"a.onnx": fe, "b.onnx": fe}}]}
+    table = {"entries": {"k1": {"ms": 1.5}}, "summary": {"name": "h200", "date": "d"}}
+    note = RP.reprice(res, man, table, str(ROOT / "benchmarks" / "gpu" / "models" / "full" / "manifest.json"))
+    a, b = (res["models"][0]["fidelity"][f] for f in ("a.onnx", "b.onnx"))
+    assert a["predicted_ms"] == {"analytic:t4": 2.5, "cuda:h200": 2.1} and a["measured_ms"] == 2.0
+    assert a["table"] == {"ms": 1.75, "measured_ops": 1, "estimated_ops": 1}
+    assert b["predicted_ms"] == {"analytic:t4": 3.0} and b["table"]["ms"] == 2.4  # (planned otherwise: as recorded)
+    assert res["manifest"]["cost_models"] == ["analytic:t4", "cuda:h200"]  # the manifest's new column
+    assert "1 of the 1 files" in note and "commit def" in note and "commit abc" in note and "b.onnx" in note
+    assert "now 0.88-0.88 (0 of 1 within 10%), was 1.20-1.20 (0 of 1 within 10%)" in note
+    # a run priced as the manifest prices it (e.g. one after this manifest): nothing to say
+    res2 = {"manifest": {"cost_models": ["analytic:t4", "cuda:h200"]},
+            "models": [{"name": "m", "files": {"a.onnx": {"plan": plan}}, "fidelity": {"a.onnx": {
+                "predicted_ms": {"analytic:t4": 2.5, "cuda:h200": 2.1}, "measured_ms": 2.0,
+                "table": {"ms": 1.75, "measured_ops": 1, "estimated_ops": 1}}}}]}
+    assert RP.reprice(res2, man, table, "m.json") == ""
+
+
+def test_the_committed_results_page_is_the_report_of_the_committed_run_and_manifest(tmp_path):
+    """benchmarks/RESULTS-gpu.md is what report.py makes of the H200 run's results with the committed manifest's
+    predictions (re-priced as the executor runs each file): regenerating it changes nothing but the chart's
+    path."""
+    pytest.importorskip("matplotlib")
+    md = tmp_path / "R.md"
+    r = subprocess.run([sys.executable, str(GPU / "report.py"),
+                        str(ROOT / "benchmarks" / "results" / "gpu" / "speedup-h200.json"), "--md", str(md), "--chart",
+                        str(tmp_path / "c.png")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = md.read_text().replace("![speedups](c.png)", "![speedups](results/gpu/speedup-h200.png)")
+    assert got == (ROOT / "benchmarks" / "RESULTS-gpu.md").read_text()
+    man = {m["name"]: m for m in manifest("full")["models"]}
+    f = "squeezenet.opt-analytic-t4.onnx"
+    row = [ln for ln in got.splitlines() if ln.startswith(f"| squeezenet | {f} |")][-1]  # (the fidelity's)
+    assert f"{man['squeezenet']['files'][f]['predicted']['total_ms']['analytic:t4']:.4g} (" in row
+    assert "**Predictions re-priced**" in got
+
+
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash and timeout")
 def test_prepared_command_rehearses_end_to_end(tmp_path):
     """run_speedup.sh --dry-run with small budgets and the quick set as the main set: the environment log, the
