@@ -33,6 +33,17 @@ def manifest(s: str) -> dict:
     return json.loads((MODELS / s / "manifest.json").read_text())
 
 
+def _committed_report(tmp_path) -> Path:
+    """RESULTS-gpu.md as report.py writes it from the committed H200 run (its chart to tmp_path/c.png)."""
+    pytest.importorskip("matplotlib")
+    md = tmp_path / "R.md"
+    r = subprocess.run([sys.executable, str(GPU / "report.py"),
+                        str(ROOT / "benchmarks" / "results" / "gpu" / "speedup-h200.json"), "--md", str(md), "--chart",
+                        str(tmp_path / "c.png")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return md
+
+
 def files(s: str) -> list:
     return sorted((MODELS / s).glob("*.onnx"))
 
@@ -514,12 +525,7 @@ def test_report_writes_markdown_and_chart(tmp_path):
 def test_report_reads_the_committed_h200_results(tmp_path):
     """The H200 run's results (before the measured tables' graphs existed) still make the report: analytic:t4
     first, analytic:h100 beside it, its cells naming the graphs the two searches shared."""
-    pytest.importorskip("matplotlib")
-    md = tmp_path / "R.md"
-    r = subprocess.run([sys.executable, str(GPU / "report.py"),
-                        str(ROOT / "benchmarks" / "results" / "gpu" / "speedup-h200.json"), "--md", str(md), "--chart",
-                        str(tmp_path / "c.png")], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    md = _committed_report(tmp_path)
     text = md.read_text()
     assert "| taso: analytic:t4 | torch: analytic:t4 | taso: analytic:h100 | torch: analytic:h100 |" in text
     row = next(ln for ln in text.splitlines() if ln.startswith("| SqueezeNet | ok | 31 |"))
@@ -567,12 +573,7 @@ def test_the_committed_results_page_is_the_report_of_the_committed_run_and_manif
     """benchmarks/RESULTS-gpu.md is what report.py makes of the H200 run's results with the committed manifest's
     predictions (re-priced as the executor runs each file): regenerating it changes nothing but the chart's
     path."""
-    pytest.importorskip("matplotlib")
-    md = tmp_path / "R.md"
-    r = subprocess.run([sys.executable, str(GPU / "report.py"),
-                        str(ROOT / "benchmarks" / "results" / "gpu" / "speedup-h200.json"), "--md", str(md), "--chart",
-                        str(tmp_path / "c.png")], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    md = _committed_report(tmp_path)
     got = md.read_text().replace("![speedups](c.png)", "![speedups](results/gpu/speedup-h200.png)")
     assert got == (ROOT / "benchmarks" / "RESULTS-gpu.md").read_text()
     man = {m["name"]: m for m in manifest("full")["models"]}
