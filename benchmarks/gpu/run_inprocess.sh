@@ -21,7 +21,7 @@
 # The device tool brings back at most 8 files from $OUT: this writes two, inprocess.log (the summary) and
 # inprocess.tgz (every log, each search's report, the cost cache, the bundle's manifest); the optimized models
 # stay in $UNPACK. Settings: PYTHON (python3), OUT (benchmarks/gpu/out), BUNDLE (the archive), UNPACK
-# (/tmp/taso-gpu-bundle), MODELS, SET (full; quick in a dry run), TOTAL_S, PIPELINE_EXTRA (more taso-search
+# ($TMPDIR/taso-gpu-bundle, the system temporary folder where TMPDIR is unset), MODELS, SET (full; quick in a dry run), TOTAL_S, PIPELINE_EXTRA (more taso-search
 # options, e.g. "strategy=best").
 set -u
 . "$(dirname "$0")/common.sh"
