@@ -19,18 +19,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-GPU = ROOT / "benchmarks" / "gpu"
+from unit_helpers import GPU_BENCH as GPU
+from unit_helpers import ROOT
+from unit_helpers import gpu_manifest as manifest
+
 MODELS = GPU / "models"
 sys.path.insert(0, str(GPU))
 
 import execute as E  # noqa: E402
 import speedup as SP  # noqa: E402
 import torch_exec as TE  # noqa: E402
-
-
-def manifest(s: str) -> dict:
-    return json.loads((MODELS / s / "manifest.json").read_text())
 
 
 def _committed_report(tmp_path) -> Path:

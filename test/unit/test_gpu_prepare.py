@@ -11,20 +11,17 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-GPU = ROOT / "benchmarks" / "gpu"
+from unit_helpers import GPU_BENCH as GPU
+from unit_helpers import ROOT
+from unit_helpers import gpu_manifest as manifest
+
 MODELS = GPU / "models"
 sys.path.insert(0, str(GPU))
 
 import prepare as P  # noqa: E402
-
-
-def manifest(s: str) -> dict:
-    return json.loads((MODELS / s / "manifest.json").read_text())
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
 from taso_mlir.dialect import specs
@@ -64,3 +67,13 @@ def assert_same_in_onnxruntime(src, out, feeds: dict, rtol: float, atol: float) 
     assert len(ya) == len(yb)
     for a, b in zip(ya, yb):
         np.testing.assert_allclose(b, a, rtol=rtol, atol=atol)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+#: the GPU benchmark scripts (benchmarks/gpu: scripts, not a package; its tests put it on sys.path)
+GPU_BENCH = ROOT / "benchmarks" / "gpu"
+
+
+def gpu_manifest(set_name: str) -> dict:
+    """The manifest of a prepared model set (benchmarks/gpu/models/<set>)."""
+    return json.loads((GPU_BENCH / "models" / set_name / "manifest.json").read_text())
