@@ -2,7 +2,7 @@
 
 Issue 23 asked to choose the e-graph engine by measurement. This script builds, for each suite model, the
 e-graph that ``taso-search{strategy=eqsat}`` starts from (the function after the prepare passes and the
-matmul flattening, captured where ``eqsat_search.search`` calls ``eqsat.from_graph``), in both engines,
+matmul flattening, captured where ``eqsat_search.Search`` calls ``eqsat.from_graph``), in both engines,
 saturates it with the same rewrites for the same number of rounds, and compares the e-graphs' sizes
 (e-nodes, e-classes, after every round) and the wall time of the saturation.
 

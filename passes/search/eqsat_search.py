@@ -85,17 +85,6 @@ class Search:
         }
 
 
-def search(f: ir.Operation, st: FuncState, lim: E.Limits = None, ilp_time: float = None,
-           bar: float = math.inf) -> dict:
-    """Saturate, extract and write the result into ``f`` where it is cheaper than ``f`` as the e-graph
-    prices it and than ``bar`` (the last round's result); returns what the report says of it."""
-    s = Search(f, st)
-    lim = lim or limits_of(st.opts)
-    if ilp_time is None:
-        ilp_time = float(st.opts.get("eqsat-ilp-time", 30.0))
-    return s.extract(s.saturate(lim), ilp_time, bar)
-
-
 def _op_key(eg: E.EGraph, n: T.Node, nid: int, cls: dict) -> tuple:
     if n.kind == "arg" or n.kind.startswith("other:") or n.kind == "weight":
         attrs = (("@node", nid),) + tuple(n.attrs)
