@@ -287,6 +287,7 @@ def _program(eg: EGraph, costs: Costs, roots: list, integer: bool = True):
     yi = {o: xi[results[o][0]] for o in ops if len(results[o]) == 1}
     yi.update((o, len(nodes) + i) for i, o in enumerate(shared))
     by_class = {c: [xi[n] for n in eg.members[c] if n in xi] for c in classes}
+    reads = [{eg.find(k) for k in n[2]} for n in nodes]  # per e-node, its operand classes
     h = _highs()
     h.setOptionValue("mip_rel_gap", 1e-6)
     h.setOptionValue("threads", 1)
@@ -297,8 +298,8 @@ def _program(eg: EGraph, costs: Costs, roots: list, integer: bool = True):
     h.setOptionValue("presolve_rule_off", 1 << 15)
     outs = {eg.find(r) for r in roots}
     readers: dict = defaultdict(list)  # class -> the e-nodes reading it
-    for n in nodes:
-        for k in {eg.find(k) for k in n[2]}:
+    for n, ks in zip(nodes, reads):
+        for k in ks:
             readers[k].append(n)
     # a split of a piece of a split on the same axis, where nothing else reads the piece, costs nothing
     # of its own (``total``): z_o (1 where split op o gets that discount) <= y_o, <= the sum of the
@@ -335,7 +336,7 @@ def _program(eg: EGraph, costs: Costs, roots: list, integer: bool = True):
     for c in classes:
         reading: dict = defaultdict(list)
         for i in by_class[c]:
-            for k in {eg.find(k) for k in nodes[i][2]}:
+            for k in reads[i]:
                 reading[k].append(i)
         for k, ns in sorted(reading.items()):
             if k == c:  # (a node reading its own class can never be chosen)
@@ -343,7 +344,7 @@ def _program(eg: EGraph, costs: Costs, roots: list, integer: bool = True):
                 continue
             idx = by_class[k]
             rows.append((0.0, idx + ns, [1.0] * len(idx) + [-1.0] * len(ns)))
-    rows.extend(_necessary_rows(eg, classes, nodes, by_class))
+    rows.extend(_necessary_rows(classes, by_class, reads))
     for c in classes:  # at most one e-node chosen per class (one suffices; the discounts need it)
         if len(by_class[c]) > 1:
             rows.append((-1.0, by_class[c], [-1.0] * len(by_class[c])))
@@ -361,7 +362,7 @@ def _program(eg: EGraph, costs: Costs, roots: list, integer: bool = True):
     return h, nodes, xi, classes, cost, len(rows)
 
 
-def _necessary_rows(eg: EGraph, classes: list, nodes: list, by_class: dict) -> list:
+def _necessary_rows(classes: list, by_class: dict, reads: list) -> list:
     """Rows ``sum(class X) >= sum(class C)`` for the classes X every choice of C needs (whichever of
     C's e-nodes is chosen, its operands' choices, all the way down, include X): valid for every acyclic
     choice, and what the relaxation lacks most. Without them a class of two e-nodes on different paths
@@ -370,12 +371,10 @@ def _necessary_rows(eg: EGraph, classes: list, nodes: list, by_class: dict) -> l
     HiGHS closed the gap by cuts and restarts; with them 1% under it). Stated for the classes of several
     e-nodes, and per such class only for its nearest needed classes (the others follow through the rows
     below them); classes of operand-less e-nodes only (arguments, weights: free) are left out. The
-    e-nodes are ``nodes`` (in the program: not blocked), which make an acyclic graph of classes (cycle
-    filtering); a class on a cycle left (the program's lazy cuts then handle it) gets no rows."""
-    find = eg.find
-    alts: dict = defaultdict(list)  # class -> per e-node, its operand classes
-    for n in nodes:
-        alts[find(eg.memo[n])].append({find(k) for k in n[2]})
+    e-nodes are the program's (``by_class``: class -> their columns; ``reads``: per column, the e-node's
+    operand classes), not blocked, so they make an acyclic graph of classes (cycle filtering); a class on a
+    cycle left (the program's lazy cuts then handle it) gets no rows."""
+    alts = {c: [reads[i] for i in by_class[c]] for c in classes}  # class -> per e-node, its operand classes
     inner = [c for c in classes if any(alts[c])]  # (classes of some e-node with operands)
     bit = {c: 1 << i for i, c in enumerate(inner)}
     need: dict = {c: 0 for c in classes if c not in bit}  # class -> bitset of the classes every choice of it needs
