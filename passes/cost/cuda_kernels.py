@@ -430,18 +430,23 @@ __global__ void pad2d(float* __restrict__ y, const float* __restrict__ x, ll nc,
 """
 
 
-def _versions() -> dict:
+def package_versions(names) -> dict:
+    """The installed versions of the packages ``names`` (those not installed left out)."""
     from importlib import metadata
 
     out = {}
-    for pkg in ("torch", "cupy-cuda13x", "cupy-cuda12x", "cuda-core", "cuda-bindings", "cuda-python", "nvidia-cublas",
-                "nvidia-cublas-cu12", "nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-cuda-nvrtc",
-                "nvidia-cuda-runtime", "numpy"):
+    for pkg in names:
         try:
             out[pkg] = metadata.version(pkg)
         except Exception:
             pass
     return out
+
+
+def _versions() -> dict:
+    return package_versions(("torch", "cupy-cuda13x", "cupy-cuda12x", "cuda-core", "cuda-bindings", "cuda-python",
+                             "nvidia-cublas", "nvidia-cublas-cu12", "nvidia-cudnn-cu13", "nvidia-cudnn-cu12",
+                             "nvidia-cuda-nvrtc", "nvidia-cuda-runtime", "numpy"))
 
 
 def _nvidia_smi(fields: str) -> dict:
@@ -1104,12 +1109,7 @@ def _nvrtc_version() -> str:
 
 
 def _pkg(name: str):
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except Exception:
-        return None
+    return package_versions((name,)).get(name)
 
 
 def short_name(gpu: str) -> str:

@@ -136,18 +136,6 @@ def device_key(dev: dict, versions: dict) -> str:
             f"{WARMUP}+{REPEATS} runs, median, strict FP32")
 
 
-def _versions(names) -> dict:
-    from importlib import metadata
-
-    out = {}
-    for n in names:
-        try:
-            out[n] = metadata.version(n)
-        except Exception:
-            pass
-    return out
-
-
 #: (dry) -> the started backend, shared by the cost models of one process (NVRTC compiles once)
 _BACKENDS: dict = {}
 
@@ -293,7 +281,7 @@ def get(spec: str) -> CudaMeasured:
     dry = dry_run()
     if dry:
         dev = K.DryBackend(None).device_info()  # ("DRY RUN: numpy on the CPU (...), not a GPU measurement")
-        versions = _versions(("numpy",))
+        versions = K.package_versions(("numpy",))
     else:
         why = unavailable()
         if why is not None:
@@ -304,6 +292,6 @@ def get(spec: str) -> CudaMeasured:
                             f"this process runs on, through cuda-python and torch (tables measured elsewhere: "
                             f"{have}; analytic:<gpu> estimates)")
         dev = probe()
-        versions = _versions(_LIBRARIES)
+        versions = K.package_versions(_LIBRARIES)
     return CudaMeasured(dev["gpu"], device_key(dev, versions), lambda: open_backend(dry),
                         fallback_for(K.short_name(dev["gpu"])), rehearsal=dry)
