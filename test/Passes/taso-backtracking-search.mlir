@@ -33,3 +33,33 @@ func.func @external_use(%x: tensor<1x8x7x7xf32>) -> (tensor<1x8x7x7xf32>, tensor
   %r = "taso.relu"(%c) : (tensor<1x8x7x7xf32>) -> tensor<1x8x7x7xf32>
   return %r, %c : tensor<1x8x7x7xf32>, tensor<1x8x7x7xf32>
 }
+
+// -----
+
+// With a bias operand (the conv-bias family's rule, B14: relu(conv(x, w, b)) = conv_relu(x, w, b)), at
+// stride 2 (the rule is stated with a symbolic stride, proved for any stride): fires.
+// CHECK-LABEL: func.func @bias_stride2_fusion
+// CHECK: %[[C:.*]] = "taso.conv2d"(%arg0, %{{.*}}, %{{.*}}) {activation = "relu"{{.*}}strides = array<i64: 2, 2>
+// CHECK-NOT: taso.relu
+// CHECK: return %[[C]]
+func.func @bias_stride2_fusion(%x: tensor<1x8x7x7xf32>) -> tensor<1x8x4x4xf32> {
+  %w = "taso.weight"() {name = "w", value = dense<0.5> : tensor<8x8x3x3xf32>} : () -> tensor<8x8x3x3xf32>
+  %b = "taso.weight"() {name = "b", value = dense<0.5> : tensor<8xf32>} : () -> tensor<8xf32>
+  %c = "taso.conv2d"(%x, %w, %b) {activation = "none", dilations = array<i64: 1, 1>, group = 1 : i64, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 2, 2>, operandSegmentSizes = array<i32: 1, 1, 1>} : (tensor<1x8x7x7xf32>, tensor<8x8x3x3xf32>, tensor<8xf32>) -> tensor<1x8x4x4xf32>
+  %r = "taso.relu"(%c) : (tensor<1x8x4x4xf32>) -> tensor<1x8x4x4xf32>
+  return %r : tensor<1x8x4x4xf32>
+}
+
+// -----
+
+// Not at stride 3: a rule's symbolic stride applies at strides 1 and 2, where its axioms were validated.
+// CHECK-LABEL: func.func @stride3_blocks_fusion
+// CHECK: taso.conv2d{{.*}}activation = "none"
+// CHECK: taso.relu
+func.func @stride3_blocks_fusion(%x: tensor<1x8x7x7xf32>) -> tensor<1x8x3x3xf32> {
+  %w = "taso.weight"() {name = "w", value = dense<0.5> : tensor<8x8x3x3xf32>} : () -> tensor<8x8x3x3xf32>
+  %b = "taso.weight"() {name = "b", value = dense<0.5> : tensor<8xf32>} : () -> tensor<8xf32>
+  %c = "taso.conv2d"(%x, %w, %b) {activation = "none", dilations = array<i64: 1, 1>, group = 1 : i64, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 3, 3>, operandSegmentSizes = array<i32: 1, 1, 1>} : (tensor<1x8x7x7xf32>, tensor<8x8x3x3xf32>, tensor<8xf32>) -> tensor<1x8x3x3xf32>
+  %r = "taso.relu"(%c) : (tensor<1x8x3x3xf32>) -> tensor<1x8x3x3xf32>
+  return %r : tensor<1x8x3x3xf32>
+}

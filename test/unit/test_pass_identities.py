@@ -724,6 +724,65 @@ def test_matmul_bias_at_adversarial_shapes(family, p, fires):
 
 
 # --------------------------------------------------------------------------------------------
+# fuse_activation
+
+
+def test_fuse_activation_proof():
+    from taso_mlir.passes.prepare import fuse_activation as FA
+
+    assert FA.prove_shapes() == []
+
+
+def _activation_cases():
+    cases = []
+    for (c, o, g), st, pads, bias, et in itertools.product(
+            ((1, 1, 1), (2, 4, 2), (3, 3, 3), (4, 2, 1)), ((1, 1), (2, 2), (3, 1)), ((1, 1, 1, 1), (0, 0, 0, 0), (0, 1, 2, 0)),
+            (False, True), ("f32", "f64", "f16")):
+        cases.append(("conv", {"c": c, "o": o, "g": g, "st": st, "pads": pads, "bias": bias, "et": et}, True))
+    for xs, ws, bias in itertools.product(([3, 2], [1, 1], [2, 3, 4], [1, 3, 4], [2, 2, 3, 4]), ([2, 5], [1, 1], [4, 1]),
+                                          (False, True)):
+        if xs[-1] == ws[0]:
+            cases.append(("matmul", {"xs": xs, "ws": ws, "bias": bias, "et": "f32"}, True))
+    cases = _sample(cases, 30, 11)
+    # refused: an activation already there, another use of the result, a relu of an op with no activation
+    cases += [("conv", {"c": 2, "o": 2, "g": 1, "st": (1, 1), "pads": (1, 1, 1, 1), "bias": True, "et": "f32",
+                        "act": "relu"}, False),
+              ("conv", {"c": 2, "o": 2, "g": 1, "st": (1, 1), "pads": (1, 1, 1, 1), "bias": False, "et": "f32",
+                        "other_use": True}, False),
+              ("matmul", {"xs": [2, 3], "ws": [3, 4], "bias": False, "et": "f32", "other_use": True}, False),
+              ("ewadd", {"et": "f32"}, False)]
+    return cases
+
+
+@pytest.mark.parametrize("family, p, fires", _activation_cases(), ids=lambda v: None)
+def test_fuse_activation_at_adversarial_shapes(family, p, fires):
+    """The fused function computes what the relu of the op did (the reference semantics, each element
+    type), at every kind of site, and the refused sites are left alone."""
+    from taso_mlir.passes.prepare.fuse_activation import fuse_function
+
+    F = _F(p["et"])
+    if family == "conv":
+        c, o, g = p["c"], p["o"], p["g"]
+        x = F.arg([1, c, 6, 5])
+        ops = [x, F.rw([o, c // g, 3, 3])] + ([F.rw([o])] if p["bias"] else [])
+        y = F.op("conv2d", ops, {"group": g, "strides": list(p["st"]), "pads": list(p["pads"]),
+                                 "activation": p.get("act", "none")})
+    elif family == "matmul":
+        x = F.arg(p["xs"])
+        y = F.op("matmul", [x, F.rw(p["ws"])] + ([F.rw([p["ws"][-1]])] if p["bias"] else []))
+    else:
+        x = F.arg([2, 3])
+        y = F.op("ewadd", [x, x])
+    z = F.op("relu", [y])
+    names, done, before, after = _run(F.text([z, y] if p.get("other_use") else [z]), fuse_function)
+    assert done == int(fires) and ("taso.relu" in names) != fires
+    if before[0].size >= 6:  # (both sides of the relu reached)
+        assert np.any(before[0] == 0.0) and np.any(before[0] > 0.0)
+    tol = {"f16": 2e-3, "f32": 2e-6, "f64": 1e-12}[p["et"]]
+    _same(before, after, rtol=tol, atol=tol)
+
+
+# --------------------------------------------------------------------------------------------
 # fold_batchnorm
 
 
