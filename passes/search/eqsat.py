@@ -363,12 +363,23 @@ class Matcher:
         #: per source op, its concrete attributes (numbers, and strings of a string attribute's choices,
         #: such as an activation; not a symbolic stride or a pads mode): an op whose attribute differs is
         #: not a match (a quick filter: ``check_local`` checks all of them at the site's shapes)
+        self._compiled = None
         self.need = [{a: v for a, v in op.attrs if _concrete(op.name, a, v)} for op in src.ops]
-        self.agree: dict = {}  # (source op, attributes) -> whether they agree (``need``)
         #: (reader kind, producer kind) of every edge between two source ops: a match needs each of them
         #: among the e-graph's (``Index.edges``); most rewrites that match nothing fail this test
         self.edges = frozenset((op.name, src.ops[pr[0]].name) for op, refs in zip(src.ops, self.refs)
                                for pr in refs if pr is not None)
+
+    @property
+    def need(self) -> list:
+        return self._need
+
+    @need.setter
+    def need(self, need: list) -> None:
+        """(setting it forgets what was derived from it: the agreements and the compiled join)"""
+        self._need = need
+        self.agree: dict = {}  # (source op, attributes) -> whether they agree (``need``)
+        self._compiled = None
 
     def matches(self, eg: EGraph, idx: Index, cap: int, near: Optional[dict] = None,
                 deadline: float = math.inf, first: Optional[dict] = None, second=None):
@@ -376,7 +387,135 @@ class Matcher:
         those rooted there (the others were found before). ``first``: the candidates of the first root
         op, by kind, whatever the number of roots. ``second``: (keep, key): the second root's candidates
         are those ``keep`` takes, tried in the order of ``key`` (with ``cap`` 1: the first in that order
-        that matches)."""
+        that matches). Runs the join compiled for this rewrite (``_compile``); ``matches_generic`` is the
+        same join interpreted, the reference it is tested against."""
+        if first is None:
+            first = near if (near is not None and len(self.roots) == 1) else idx.by_kind
+        if self._compiled is None:
+            self._compiled = self._compile()
+        return self._compiled(eg.find, eg.nres.get, idx.of_class.get, idx.users.get, idx.by_kind, first,
+                              second, cap, deadline, self.agree)
+
+    def _compile(self):
+        """The join of ``matches_generic`` as one Python function of nested loops for this rewrite's
+        source: the order in which it tries candidates and binds variables is the interpreter's, so it
+        finds the same matches in the same order, without the interpreter's closures and copies (which
+        took most of a round's time). Which source ops and variables are bound at each step is known
+        from the pattern, so each step is a loop over candidates, a comparison or an assignment. The
+        code depends on the pattern's shape only (kinds, variable names and attributes are arguments of
+        the function that makes it): the 3,040 rewrites have a few hundred shapes, each compiled once a
+        process (``_MAKERS``)."""
+        src = self.rw.src
+        lines: list = []
+        bound_ops: list = []  # source ops bound, in order
+        bound_vars: dict = {}  # variable -> its local name, in binding order
+
+        def emit(depth, text):
+            lines.append("    " * depth + text)
+
+        def tick(depth):  # (the deadline, checked every 1024 candidates)
+            emit(depth, "steps += 1")
+            emit(depth, "if not steps & 1023 and monotonic() > deadline:")
+            emit(depth + 1, "return out")
+
+        def bind(depth, k, then):
+            """Source op k bound to ``o{k}`` (a candidate of the innermost loop, which ``continue`` skips)."""
+            rop = src.ops[k]
+            if bound_ops:
+                emit(depth, f"if o{k} in ({', '.join(f'o{j}' for j in bound_ops)},):")
+                emit(depth + 1, "continue")
+            emit(depth, f"if nres(o{k}, 1) != {rop.num_results} or len(o{k}[2]) != {len(rop.operands)}:")
+            emit(depth + 1, "continue")
+            # (an op of no concrete attribute has N{k} = {}: it agrees)
+            emit(depth, f"ok = agree.get(({k}, o{k}[1]))")
+            emit(depth, "if ok is None:")
+            emit(depth + 1, f"ok = agree[({k}, o{k}[1])] = all(N{k}.get(a, v) == v for a, v in o{k}[1])")
+            emit(depth, "if not ok:")
+            emit(depth + 1, "continue")
+            bound_ops.append(k)
+            if len(rop.operands) == 2:  # (C{k}: commutative, both operand orders)
+                emit(depth, f"kk = o{k}[2]")
+                emit(depth, f"for kids{k} in ((kk, (kk[1], kk[0])) if C{k} and kk[0] != kk[1] else (kk,)):")
+                operand(depth + 1, k, 0, then)
+            else:
+                emit(depth, f"kids{k} = o{k}[2]")
+                operand(depth, k, 0, then)
+
+        def operand(depth, k, p, then):
+            rop = src.ops[k]
+            if p == len(rop.operands):
+                then(depth)
+                return
+            c = f"c{k}_{p}"
+            emit(depth, f"{c} = find(kids{k}[{p}])")
+            pr = self.refs[k][p]
+            if pr is None:
+                ref = rop.operands[p]
+                if ref in bound_vars:
+                    emit(depth, f"if {c} == {bound_vars[ref]}:")
+                    operand(depth + 1, k, p + 1, then)
+                else:
+                    bound_vars[ref] = c
+                    operand(depth, k, p + 1, then)
+                return
+            m, j = pr
+            cands = f"of_class(({c}, K{m}, {j}), ())"
+            if m in bound_ops:  # (an op read twice: the same op both times)
+                emit(depth, f"if o{m} in {cands}:")
+                operand(depth + 1, k, p + 1, then)
+                return
+            emit(depth, f"for o{m} in {cands}:")
+            tick(depth + 1)
+            bind(depth + 1, m, lambda d: operand(d, k, p + 1, then))
+
+        def root(depth, i):
+            if i == len(self.roots):
+                ops = ", ".join(f"o{k}" for k in range(len(src.ops)))
+                b = ", ".join(f"V{n}: {name}" for n, name in enumerate(bound_vars.values()))
+                emit(depth, f"out.append((({ops},), {{{b}}}))")
+                emit(depth, "if len(out) >= cap:")
+                emit(depth + 1, "return out")
+                return
+            k = self.roots[i]
+            cands = None
+            if i > 0:
+                for v in self.root_vars[k]:
+                    if v in bound_vars:
+                        cands = f"users(({bound_vars[v]}, K{k}), ())"
+                        break
+            if cands is None:
+                cands = f"{'first' if i == 0 else 'by_kind'}.get(K{k}, ())"
+            emit(depth, f"cands{i} = {cands}")
+            if i == 1:
+                emit(depth, "if second is not None:")
+                emit(depth + 1, "cands1 = sorted(filter(second[0], cands1), key=second[1])")
+            emit(depth, f"for o{k} in cands{i}:")
+            tick(depth + 1)
+            bind(depth + 1, k, lambda d: root(d, i + 1))
+
+        emit(1, "def match(find, nres, of_class, users, by_kind, first, second, cap, deadline, agree):")
+        emit(2, "out = []")
+        emit(2, "if cap <= 0:")
+        emit(3, "return out")
+        emit(2, "steps = 0")
+        root(2, 0)
+        emit(2, "return out")
+        emit(1, "return match")
+        n = len(src.ops)
+        params = ([f"K{k}" for k in range(n)] + [f"N{k}" for k in range(n)] + [f"C{k}" for k in range(n)]
+                  + [f"V{i}" for i in range(len(bound_vars))])
+        text = "\n".join([f"def make({', '.join(params)}):"] + lines)
+        make = _MAKERS.get(text)
+        if make is None:
+            env = {"monotonic": time.monotonic}
+            exec(compile(text, "<eqsat matcher>", "exec"), env)  # noqa: S102 (code made above, from a pattern)
+            make = _MAKERS[text] = env["make"]
+        return make(*[op.name for op in src.ops], *self.need, *[op.name in RB.COMMUTATIVE for op in src.ops],
+                    *bound_vars)
+
+    def matches_generic(self, eg: EGraph, idx: Index, cap: int, near: Optional[dict] = None,
+                        deadline: float = math.inf, first: Optional[dict] = None, second=None):
+        """``matches``, interpreted: a backtracking join over the source's structure."""
         src = self.rw.src
         refs = self.refs
         need, agree = self.need, self.agree
@@ -477,6 +616,10 @@ def _per_rewrite(cache: dict, rw: RB.Rewrite, build):
     if hit is None or hit[0] is not rw:
         hit = cache[id(rw)] = (rw, build(rw))
     return hit[1]
+
+
+#: compiled joins by their code (``Matcher._compile``): one per pattern shape
+_MAKERS: dict = {}
 
 
 def matcher(rw: RB.Rewrite) -> Matcher:

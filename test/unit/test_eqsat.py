@@ -327,6 +327,39 @@ def test_the_matchers_filters_drop_only_what_the_site_check_refuses(name):
         assert dropped > 0
 
 
+@pytest.mark.parametrize("name", ["fire_merge", "fire_three", "merge_four_matmuls", "qkv_3d",
+                                  "merge_biased_linears", "matmul_sum", "double_transpose"])
+def test_the_compiled_join_finds_what_the_interpreted_one_does(name):
+    """``Matcher.matches`` (the join compiled per pattern shape) returns the matches of
+    ``matches_generic`` (the interpreter), in the same order, for every rewrite on e-graphs of 0 to 2
+    rounds: all matches, those rooted near some classes, the first few (a cap), and a chain's step
+    (the first root given, the second filtered and ordered)."""
+    import random
+
+    from taso_mlir.passes.search import taso_search
+
+    rws = taso_search.rewrites()
+    eg, _cls = E.from_graph(_graph(name))
+    compared = 0
+    for rnd in range(3):
+        idx = E.Index(eg)
+        rng = random.Random(rnd)
+        near = {k: {o: None for o in ops if rng.random() < 0.5} for k, ops in idx.by_kind.items()}
+        for rw in rws:
+            mt = E.Matcher(rw)
+            every = mt.matches_generic(eg, idx, 10**6)
+            for cap, kw in ((10**6, {}), (10**6, {"near": near}), (2, {}), (0, {})):
+                want = mt.matches_generic(eg, idx, cap, **kw)
+                assert mt.matches(eg, idx, cap, **kw) == want, (rw.id, cap, kw.keys())
+                compared += len(want)
+            if len(mt.roots) == 2 and every:
+                op = every[0][0][mt.roots[0]]
+                kw = dict(first={op[0]: {op: None}}, second=(lambda o: o[0] != "weight", lambda o: E._oid(eg, o)))
+                assert mt.matches(eg, idx, 1, **kw) == mt.matches_generic(eg, idx, 1, **kw), rw.id
+        E.saturate(eg, rws, E.Limits(iterations=1))
+    assert compared > 0
+
+
 # ---------------------------------------------------------------------------------------------
 # extraction on hand-made e-graphs
 
