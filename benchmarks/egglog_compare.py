@@ -160,7 +160,9 @@ class EgglogProgram:
         return n
 
     def _initial(self, eg: E.EGraph) -> list:
-        """The e-graph as ``let`` commands: one global per e-class (each class has one e-node here)."""
+        """The e-graph as ``let`` commands: one global per e-class, made by its first e-node; another
+        e-node of the class (a fused conv's or matmul's, beside the relu of the op without activation:
+        ``eqsat.from_graph``) is a ``union`` with it."""
         lines = []
         var: dict = {}
         for node, c in sorted(eg.memo.items(), key=lambda nc: eg.find(nc[1])):
@@ -193,6 +195,9 @@ class EgglogProgram:
                     lines.append(f"(let {v} {term})")
                     lines.append(f"(union {v} {term2})")
                     continue
+            if c in var:
+                lines.append(f"(union {var[c]} {term})")
+                continue
             v = f"$c{c}"
             var[c] = v
             lines.append(f"(let {v} {term})")

@@ -1,8 +1,8 @@
 """``taso-search``: the pipeline of passes that optimizes a model with the verified rules.
 
 On every function it runs the *prepare* passes (``PREPARE``: batchnorms and constants folded, views,
-gathers and divisions raised to `taso` ops, scales folded, repeats merged, ReLU6 and bias adds fused,
-DCE), then a *guarded segment*: the search (``SEARCH``: 3-D matmuls flattened, TASO's backtracking search
+gathers and divisions raised to `taso` ops, scales folded, repeats merged, ReLU6, bias adds and relus
+fused, DCE), then a *guarded segment*: the search (``SEARCH``: 3-D matmuls flattened, TASO's backtracking search
 replayed on the IR as PDL patterns) and the *cleanup* passes (``CLEANUP``: weights folded, split and
 concat trees fused, elementwise and layout ops lifted over splits, flattened matmuls restored, layout
 chains composed). Each is a registered pass in its own module (``passes/prepare``, ``passes/search``,
@@ -13,8 +13,9 @@ where the segment's result costs more as written than the function it started fr
 kept); with the measured CPU cost model, the latency check (``_run_checked``: the result is timed
 against the input in onnxruntime); with any other, the whole result against the input
 (``_run_never_worse``: the prepare passes are outside the segment's guard). The report (``report``) is built from the statistics the passes
-declare; its cost before is the input's (before the batchnorm folding), so the reduction it reports
-includes the prepare passes.
+declare; its cost before is the input's (before the batchnorm folding), so the reduction from it
+includes the prepare passes; its prepared cost (``cost_prepared_ms``) is the function the search starts
+from, the baseline of the search's own reduction.
 """
 
 from __future__ import annotations

@@ -498,9 +498,11 @@ def test_cpu_cost_model_reports_the_latency_check(capsys, tmp_path, monkeypatch)
     checks = m["cost"]["latency_check"]
     assert len(checks) == 1, m["cost"]
     assert checks[0]["kept"] in ("search result", "search without splits", "input")
-    # a search result was timed; where the check kept the input (a noisy machine can time it slower), the
+    # a search result was timed (the prepared function, its relus fused, differs from the input even where
+    # the search applies no rule); where the check kept the input (a noisy machine can time it slower), the
     # report counts no rewrite
-    assert (m["cost"]["rewrites_applied"] > 0) == (checks[0]["kept"] != "input"), m["cost"]
+    if checks[0]["kept"] == "input":
+        assert m["cost"]["rewrites_applied"] == 0, m["cost"]
     assert checks[0]["tried"] and all(t["speedup"] > 0 for t in checks[0]["tried"])
     md = (tmp_path / "o" / "report.md").read_text()
     assert "taso-search's latency check" in md and f"kept: {checks[0]['kept']}" in md

@@ -101,7 +101,7 @@ def test_a_slower_result_is_searched_again_without_splits(model, scripted):
     lc = fr["latency_check"]
     assert lc["kept"] == "search without splits"
     assert [t["what"] for t in lc["tried"]] == ["search result", "search without splits"]
-    assert fr["applied"], "the relu fusions and the like still apply"
+    assert fr["relus_fused"] > 0, "the prepare passes still fuse the relus"
     by_id = {rw.id: rw for rw in taso_search.rewrites()}
     assert not any(introduces_split(by_id[r]) for r in fr["applied"])
     assert _splits(after) == 0 and _splits(before) == 0

@@ -75,6 +75,6 @@ def test_a_named_analytic_target_is_labelled_an_estimate(tmp_path):
 
     text = format_report(rep)
     assert "target analytic:t4, costs estimated by the analytic roofline of an NVIDIA T4" in text
-    assert "% less, estimated)" in text
+    assert "% less, estimated; prepared " in text
     rep2, _ = _search(tmp_path, env_target="analytic:t4")  # (TASO_TARGET names the same)
     assert rep2["target"] == "analytic:t4" and rep2["cost_after_ms"] == rep["cost_after_ms"]
