@@ -458,6 +458,51 @@ def test_the_ilp_pays_a_shared_op_once_and_greedy_does_not():
     assert {op[0] for op in res.order} == {"arg", "relu", "f", "h"}
 
 
+def _shared_op_egraph():
+    """The e-graph of the test above: its greedy choice costs 14, its optimum 12, its input 14 (g, k)."""
+    eg = E.EGraph()
+    a = _leaf(eg, 0)
+    s = eg.add_op("relu", (), (a,), [(1,)], "f32")[0]
+    t1 = eg.add_op("tanh", (), (a,), [(1,)], "f32")[0]
+    t2 = eg.add_op("sigmoid", (), (a,), [(1,)], "f32")[0]
+    x1 = eg.add_op("f", (), (s,), [(1,)], "f32")[0]
+    x2 = eg.add_op("g", (), (t1,), [(1,)], "f32")[0]
+    y1 = eg.add_op("h", (), (s,), [(1,)], "f32")[0]
+    y2 = eg.add_op("k", (), (t2,), [(1,)], "f32")[0]
+    eg.union(x1, x2)
+    eg.union(y1, y2)
+    eg.rebuild()
+    costs = _Costs(eg, {"relu": 10.0, "tanh": 6.0, "sigmoid": 6.0, "f": 1.0, "g": 1.0, "h": 1.0, "k": 1.0})
+    inputs = {}
+    for c, kind in ((eg.find(x1), "g"), (eg.find(y1), "k"), (eg.find(t1), "tanh"), (eg.find(t2), "sigmoid"),
+                    (eg.find(a), "arg")):
+        inputs[c] = [n for n in eg.members[c] if n[0] == kind]
+    return eg, costs, [eg.find(x1), eg.find(y1)], inputs
+
+
+def test_extraction_falls_back_to_greedy_or_the_input_only_where_the_ilp_is_not_proved(monkeypatch):
+    """A proved optimum is taken without a greedy choice being made; where the solver finds nothing, or
+    a best in time dearer than the greedy choice, the greedy choice is taken (said why), and the input's
+    graph where it is no dearer than the greedy one."""
+    eg, costs, roots, inputs = _shared_op_egraph()
+    real_greedy = X.greedy
+    made = []
+    monkeypatch.setattr(X, "greedy", lambda *a: made.append(1) or real_greedy(*a))
+    res = X.extract(eg, costs, roots, inputs)
+    assert res.method == "ilp" and res.status == "Optimal" and res.cost == 12.0 and made == []
+    assert res.input_cost == 14.0
+    monkeypatch.setattr(X, "ilp", lambda *a, **k: None)
+    res = X.extract(eg, costs, roots, inputs)
+    assert made == [1] and res.cost == 14.0 and res.method == "input"  # (the input is as cheap as greedy)
+    assert res.status == "ilp found no solution in time"
+    res = X.extract(eg, costs, roots, {})  # (no input graph: the greedy choice)
+    assert res.method == "greedy" and res.cost == 14.0
+    dear = X.Extraction(choice={}, order=[], cost=20.0, method="ilp", bound=11.0, status="Time limit reached")
+    monkeypatch.setattr(X, "ilp", lambda *a, **k: dear)
+    res = X.extract(eg, costs, roots, {})
+    assert res.method == "greedy" and res.cost == 14.0 and res.bound == 11.0 and "costs more" in res.status
+
+
 def test_the_relaxation_cannot_halve_a_class_spread_over_e_nodes_sharing_an_operand():
     """Three levels, each class with two e-nodes (cost 1 each) reading the same class below, over one
     e-node of cost 8: the optimum is 1 + 1 + 8. Stated per e-node, the relaxation takes each e-node at
