@@ -433,33 +433,10 @@ def _leaf(eg, name):
     return eg.add_op("arg", (("@node", name),), (), [(1,)], "f32")[0]
 
 
-def test_the_ilp_pays_a_shared_op_once_and_greedy_does_not():
-    """Outputs X and Y: X = f(S) or g(T1), Y = h(S) or k(T2); S costs 10, T1 and T2 6, the rest 1. Each
-    class's cheapest tree picks g and k (14 in all); the optimum shares S: f, h and S, 12."""
-    eg = E.EGraph()
-    a = _leaf(eg, 0)
-    s = eg.add_op("relu", (), (a,), [(1,)], "f32")[0]
-    t1 = eg.add_op("tanh", (), (a,), [(1,)], "f32")[0]
-    t2 = eg.add_op("sigmoid", (), (a,), [(1,)], "f32")[0]
-    x1 = eg.add_op("f", (), (s,), [(1,)], "f32")[0]
-    x2 = eg.add_op("g", (), (t1,), [(1,)], "f32")[0]
-    y1 = eg.add_op("h", (), (s,), [(1,)], "f32")[0]
-    y2 = eg.add_op("k", (), (t2,), [(1,)], "f32")[0]
-    eg.union(x1, x2)
-    eg.union(y1, y2)
-    eg.rebuild()
-    costs = _Costs(eg, {"relu": 10.0, "tanh": 6.0, "sigmoid": 6.0, "f": 1.0, "g": 1.0, "h": 1.0, "k": 1.0})
-    roots = [eg.find(x1), eg.find(y1)]
-    g = X.greedy(eg, costs, roots)
-    choice, order = X.walk(eg, roots, lambda c: [g[eg.find(c)]])
-    assert X.total(costs, choice, order, roots) == 14.0
-    res = X.ilp(eg, costs, roots)
-    assert res.cost == 12.0 and res.status == "Optimal" and res.gap == 0.0
-    assert {op[0] for op in res.order} == {"arg", "relu", "f", "h"}
-
-
 def _shared_op_egraph():
-    """The e-graph of the test above: its greedy choice costs 14, its optimum 12, its input 14 (g, k)."""
+    """Outputs X and Y: X = f(S) or g(T1), Y = h(S) or k(T2); S costs 10, T1 and T2 6, the rest 1: its
+    greedy choice costs 14, its optimum 12, its input (g and k) 14. Returns the e-graph, the costs, the
+    roots and the input's e-nodes by class."""
     eg = E.EGraph()
     a = _leaf(eg, 0)
     s = eg.add_op("relu", (), (a,), [(1,)], "f32")[0]
@@ -478,6 +455,18 @@ def _shared_op_egraph():
                     (eg.find(a), "arg")):
         inputs[c] = [n for n in eg.members[c] if n[0] == kind]
     return eg, costs, [eg.find(x1), eg.find(y1)], inputs
+
+
+def test_the_ilp_pays_a_shared_op_once_and_greedy_does_not():
+    """Outputs X and Y: X = f(S) or g(T1), Y = h(S) or k(T2); S costs 10, T1 and T2 6, the rest 1. Each
+    class's cheapest tree picks g and k (14 in all); the optimum shares S: f, h and S, 12."""
+    eg, costs, roots, _inputs = _shared_op_egraph()
+    g = X.greedy(eg, costs, roots)
+    choice, order = X.walk(eg, roots, lambda c: [g[eg.find(c)]])
+    assert X.total(costs, choice, order, roots) == 14.0
+    res = X.ilp(eg, costs, roots)
+    assert res.cost == 12.0 and res.status == "Optimal" and res.gap == 0.0
+    assert {op[0] for op in res.order} == {"arg", "relu", "f", "h"}
 
 
 def test_extraction_falls_back_to_greedy_or_the_input_only_where_the_ilp_is_not_proved(monkeypatch):
