@@ -228,6 +228,55 @@ def _graph(name: str):
         return T.from_function(m.body.operations[0].operation, T.Builder(get_cost_model("analytic")))[0]
 
 
+def _text_graph(text: str):
+    """The tgraph of the one function of ``text``, priced by the analytic model."""
+    from taso_mlir.dialect.context import make_context
+    from taso_mlir.dialect.mlir import ir
+    from taso_mlir.passes.cost.oracle import get_cost_model
+    from taso_mlir.passes.search import tgraph as T
+
+    with make_context(), ir.Location.unknown():
+        m = ir.Module.parse(text)
+        return T.from_function(m.body.operations[0].operation, T.Builder(get_cost_model("analytic")))[0]
+
+
+def _siblings(fused: bool) -> str:
+    """Three biased matmuls of one input, the second followed by a relu (fused into it, or an op of its
+    own), each result returned."""
+    t = "tensor<1x64xf32>"
+    lines = []
+    for i in range(3):
+        act = "relu" if fused and i == 1 else "none"
+        lines += [f'%w{i} = "taso.weight"() {{name = "w{i}", value = dense<0.{i + 1}> : tensor<64x64xf32>}} : () -> tensor<64x64xf32>',
+                  f'%b{i} = "taso.weight"() {{name = "b{i}", value = dense<0.{i + 1}> : tensor<64xf32>}} : () -> tensor<64xf32>',
+                  f'%m{i} = "taso.matmul"(%x, %w{i}, %b{i}) {{activation = "{act}"}} : ({t}, tensor<64x64xf32>, tensor<64xf32>) -> {t}']
+        if i == 1 and not fused:
+            lines.append(f'%r1 = "taso.relu"(%m1) : ({t}) -> {t}')
+    outs = "%m0, " + ("%m1" if fused else "%r1") + ", %m2"
+    body = "\n  ".join(lines)
+    return f"func.func @f(%x: {t}) -> ({t}, {t}, {t}) {{\n  {body}\n  return {outs} : {t}, {t}, {t}\n}}\n"
+
+
+def test_a_fused_relu_enters_the_e_graph_as_the_unfused_function_does():
+    """eqsat.from_graph: a matmul with a fused relu gives the e-graph of the same function with the relu
+    apart, class for class in the same order (the merge chains follow that order), plus the fused e-node
+    in the relu's class."""
+    def classes(text):
+        eg, _cls = E.from_graph(_text_graph(text))
+        roots = sorted({eg.find(c) for c in range(len(eg.parent))})
+        # (the e-nodes' kinds and attributes by class, in class order; weights and the argument by name)
+        return eg, [sorted((n[0], tuple(a for a in n[1] if a[0] != "@node")) for n in eg.members[c]) for c in roots]
+
+    eg_f, fused = classes(_siblings(True))
+    _eg_u, unfused = classes(_siblings(False))
+    relu_act = ("activation", "relu")
+    extra = [[n for n in c if relu_act in n[1]] for c in fused]
+    assert sum(len(x) for x in extra) == 1  # (the fused matmul, in one class)
+    assert [[n for n in c if relu_act not in n[1]] for c in fused] == unfused
+    (at,) = [i for i, x in enumerate(extra) if x]
+    assert [n[0] for n in fused[at]] == ["matmul", "relu"]  # (with the relu of the matmul without activation)
+
+
 def test_saturation_goes_on_where_it_stopped():
     """Two rounds and then two more make the e-graph that four rounds at once make: the same e-nodes and
     classes, the same matches tried, and the second call's work is only the rounds it adds; an extraction
