@@ -218,14 +218,7 @@ def test_restarts_saturate_shallow_while_the_cost_drops_then_once_deep(monkeypat
 
 def _graph(name: str):
     """The tgraph of the lit test's function @name, priced by the analytic model."""
-    from taso_mlir.dialect.context import make_context
-    from taso_mlir.dialect.mlir import ir
-    from taso_mlir.passes.cost.oracle import get_cost_model
-    from taso_mlir.passes.search import tgraph as T
-
-    with make_context(), ir.Location.unknown():
-        m = ir.Module.parse(_chunk(name))
-        return T.from_function(m.body.operations[0].operation, T.Builder(get_cost_model("analytic")))[0]
+    return _text_graph(_chunk(name))
 
 
 def _text_graph(text: str):
