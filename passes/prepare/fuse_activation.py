@@ -37,21 +37,12 @@ from typing import Optional
 from taso_mlir.dialect.handles import check_live, erase_op, ir_step, replace_uses
 from taso_mlir.dialect.mlir import ir
 from taso_mlir.dialect.ops import find_sites, function_bodies, taso_attrs
-from taso_mlir.passes.ir_util import static_shape
+from taso_mlir.passes.ir_util import op_sig, static_shape
 from taso_mlir.passes.pipeline import FuncState, FunctionPass
+from taso_mlir.passes.prepare.fold_batchnorm import single_use_producer
 
 #: the ops with a fused activation a relu after them becomes
 FUSABLE = ("taso.conv2d", "taso.matmul")
-
-
-def _producer(v: ir.Value) -> Optional[ir.Operation]:
-    """The conv2d or matmul producing ``v`` where ``v`` is its only result and has no other use."""
-    op = getattr(v.owner, "operation", v.owner)
-    if not isinstance(op, ir.Operation) or op.name not in FUSABLE or len(op.results) != 1:
-        return None
-    if sum(1 for _ in v.uses) != 1:
-        return None
-    return op
 
 
 def _site(relu: ir.Operation, cost_model=None) -> Optional[tuple]:
@@ -59,7 +50,7 @@ def _site(relu: ir.Operation, cost_model=None) -> Optional[tuple]:
     if len(relu.operands) != 1 or len(relu.results) != 1:
         return None
     y = relu.operands[0]
-    op = _producer(y)
+    op = next(filter(None, (single_use_producer(y, name) for name in FUSABLE)), None)
     if op is None or y.type != relu.results[0].type:
         return None
     if taso_attrs(op).get("activation", "none") != "none":
@@ -72,28 +63,20 @@ def _site(relu: ir.Operation, cost_model=None) -> Optional[tuple]:
 def _gains(cost_model, op: ir.Operation) -> bool:
     """The op with a fused relu costs no more than the op and a relu apart (under ``cost_model``);
     False where a shape is not static (nothing to price)."""
-    from taso_mlir.dialect import specs
     from taso_mlir.dialect.convert_onnx_to_taso import weight_of
-    from taso_mlir.passes.cost.oracle import OpSig
-    from taso_mlir.passes.search.tgraph import attrs_tuple
 
     shapes = [static_shape(v) for v in op.operands]
     out = static_shape(op.results[0])
     if out is None or any(s is None for s in shapes):
         return False
     dtype = str(ir.RankedTensorType(op.results[0].type).element_type)
-    kind = op.name[len("taso."):]
-    attrs = taso_attrs(op)
+    kind, attrs = op.name[len("taso."):], taso_attrs(op)
     weights = tuple(weight_of(v) is not None for v in op.operands)
-    ins, outs = tuple(tuple(s) for s in shapes), (tuple(out),)
 
-    def sig(act):
-        a = attrs_tuple(specs.spec(kind).complete_attrs({**attrs, "activation": act}))
-        return OpSig(kind, a, ins, outs, dtype, False, weights)
+    def cost(act):
+        return cost_model.cost(op_sig(kind, {**attrs, "activation": act}, shapes, [out], dtype, weights))
 
-    apart = cost_model.cost(sig("none")) + cost_model.cost(OpSig("relu", (), outs, outs, dtype, False, (False,)))
-    fused = cost_model.cost(sig("relu"))
-    return fused <= apart
+    return cost("relu") <= cost("none") + cost_model.cost(op_sig("relu", {}, [out], [out], dtype, (False,)))
 
 
 @ir_step(name="fuse_activation")
