@@ -363,7 +363,6 @@ class Matcher:
         #: per source op, its concrete attributes (numbers, and strings of a string attribute's choices,
         #: such as an activation; not a symbolic stride or a pads mode): an op whose attribute differs is
         #: not a match (a quick filter: ``check_local`` checks all of them at the site's shapes)
-        self._compiled = None
         self.need = [{a: v for a, v in op.attrs if _concrete(op.name, a, v)} for op in src.ops]
         #: (reader kind, producer kind) of every edge between two source ops: a match needs each of them
         #: among the e-graph's (``Index.edges``); most rewrites that match nothing fail this test
