@@ -118,6 +118,7 @@ def target_table(res: dict) -> str:
              "fastest of the graphs optimized for each cost model (named).", "",
              "| model | target | " + " | ".join(f"{ex}: best measured" for ex in exs) + " |",
              "|---|---|" + "---|" * len(exs)]
+    order = SP.variant_order(res)
     for m in res["models"]:
         t = tg.get(m.get("title") or "")
         cells = []
@@ -126,7 +127,6 @@ def target_table(res: dict) -> str:
             if not sp:
                 cells.append("-")
                 continue
-            order = SP.variant_order(res)
             # the fastest; of equal ratios (one graph) the first cost model's
             v, b = max(sp, key=lambda vs: (vs[1]["median"], -order.index(vs[0]) if vs[0] in order else 0))
             met = "" if t is None else (" (met)" if b["q1"] >= t else " (not met)")
@@ -255,12 +255,7 @@ def main(argv=None) -> int:
         rel = os.path.relpath(png, os.path.dirname(os.path.abspath(a.md)))
     except ImportError as e:
         print(f"report: note: no chart ({e})", file=sys.stderr)
-    text = SP.markdown(res, chart=rel) + "\n" + target_table(res)
-    if note:  # (after the fidelity table's heading)
-        head = "## Cost-model fidelity"
-        i = text.find(head)
-        j = text.find("\n", i) if i >= 0 else -1
-        text = text[:j + 1] + "\n" + note + "\n" + text[j + 1:] if j >= 0 else text + "\n" + note + "\n"
+    text = SP.markdown(res, chart=rel, fidelity_note=note) + "\n" + target_table(res)
     with open(a.md, "w", encoding="utf-8") as f:
         f.write(text)
     print(f"report: {a.md}" + (f", {png}" if rel else ""))

@@ -101,6 +101,11 @@ def target_of(variant: str) -> str:
     return variant[4:].replace("-", ":", 1) if variant.startswith("opt-") else variant
 
 
+def _error(e: BaseException) -> str:
+    """An exception in one line: its type and the first line of its message (at most 300 characters)."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+
+
 def variant_arg(name: str) -> str:
     """``--variants``' names: a variant (``opt-cuda-h100``) or its cost model (``cuda:h100``)."""
     return name if name == "original" or name.startswith("opt-") else f"opt-{name.replace(':', '-')}"
@@ -146,8 +151,7 @@ def variant_order(res: dict) -> list:
     """The optimized variants of a results file in the manifest's target order (analytic:t4, analytic:h100,
     then the measured tables': the report's columns), any others after, sorted."""
     seen = {v for m in res["models"] for v in (m.get("variants") or {}) if v != "original"}
-    order = [v for v in (f"opt-{t.replace(':', '-')}" for t in (res.get("manifest") or {}).get("targets") or [])
-             if v in seen]
+    order = [v for v in (variant_arg(t) for t in (res.get("manifest") or {}).get("targets") or []) if v in seen]
     return order + sorted(seen - set(order))
 
 
@@ -333,7 +337,7 @@ class Run:
                 entry["rounds"] = part["rounds"]
             except Exception as e:  # one model's failure is that model's
                 entry["status"] = "failed"
-                entry["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+                entry["error"] = _error(e)
                 entry["traceback"] = traceback.format_exc(limit=4)[-1500:]
             else:
                 self.summarize(m, entry)
@@ -357,9 +361,8 @@ class Run:
             entry = next(e for e in self.res["models"] if e["name"] == m["name"])
             p = plans[m["name"]]
             orig = m["variants"]["original"]["file"]
-            lv = [v for v in p["variants"] if v in p["later_variants"]]
             part = {"files": {}, "timing": {}, "rounds": 0}
-            entry["later"] = {"variants": lv, "graphs": list(p["later"]), "files": part["files"],
+            entry["later"] = {"variants": p["later_variants"], "graphs": list(p["later"]), "files": part["files"],
                               "timing": part["timing"], "rounds": 0, "status": "running"}
             t = time.monotonic()
             try:
@@ -367,7 +370,7 @@ class Run:
                 failed = None
             except Exception as e:
                 failed = {"status": "failed",
-                          "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
+                          "error": _error(e),
                           "traceback": traceback.format_exc(limit=4)[-1500:]}
             finally:
                 self.exe.free()
@@ -425,7 +428,7 @@ class Run:
                         xe.update(status="unsupported", error=str(e)[:300])
                         continue
                     except Exception as e:
-                        xe.update(status="failed", error=f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
+                        xe.update(status="failed", error=_error(e))
                         continue
                     c = E.check(r, ref, a.tolerance)
                     xe.update(status="ok" if c["ok"] else "mismatch", check=c, mode=r.mode,
@@ -616,7 +619,7 @@ def _fmt_ratio(s: dict) -> str:
     return f"{s['median']:.3f}x ({s['q1']:.3f}-{s['q3']:.3f})"
 
 
-def markdown(res: dict, chart: str = "") -> str:
+def markdown(res: dict, chart: str = "", fidelity_note: str = "") -> str:
     dev = res.get("device") or {}
     pk = dev.get("packages") or {}
     dry = res["method"]["backend"] == "dry"
@@ -708,6 +711,8 @@ def markdown(res: dict, chart: str = "") -> str:
     out.append("")
     out.append("## Cost-model fidelity (predicted whole-graph cost vs measured latency, `taso` executor)")
     out.append("")
+    if fidelity_note:  # (report.py's: the predictions re-priced)
+        out += [fidelity_note, ""]
     cms = list(res["manifest"].get("cost_models") or [])
     has_table = any("table" in r for m in res["models"] for r in (m.get("fidelity") or {}).values())
     head = ["model", "file", "measured ms"] + [f"{c} ms (pred/meas)" for c in cms]
