@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import datetime
 import hashlib
 import json
 import os
@@ -387,6 +386,12 @@ def prepare_model(name: str, build, out_dir: str, targets: list[str], cost_model
     return entry
 
 
+def _write_manifest(path: str, man: dict) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(man, f, indent=1)
+        f.write("\n")
+
+
 def reprice(out: str, sets: list, names: list) -> int:
     """``--reprice``: every file of each set's manifest (``names``: those models only) priced again by
     ``predicted`` (its stripped weights drawn: the costs depend on shapes, not values), the manifest's
@@ -418,10 +423,8 @@ def reprice(out: str, sets: list, names: list) -> int:
                     f"{c} {old.get(c, float('nan')):.4g} -> {ms:.4g}" for c, ms in fe["predicted"]["total_ms"].items())
                     + " ms", file=sys.stderr, flush=True)
         man["priced"] = dict(PRICED, commit=_git_commit(),
-                             date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
-        with open(man_path, "w", encoding="utf-8") as f:
-            json.dump(man, f, indent=1)
-            f.write("\n")
+                             date=E.C._now_iso())
+        _write_manifest(man_path, man)
         print(f"prepare: {s}: {n} files priced again -> {man_path}", file=sys.stderr)
     return 0
 
@@ -493,15 +496,13 @@ def main(argv=None) -> int:
             e.update(title=m.title, config=m.config)
             models.append(e)
         man = {"format": MANIFEST_FORMAT, "set": s, "commit": _git_commit(),
-               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+               "date": E.C._now_iso(),
                "targets": targets, "cost_models": cost_models, "priced": PRICED,
                "specs": {c: spec(c) for c in dict.fromkeys(targets + cost_models)},
                "weights": f"float initializers of {STRIP_MIN} elements or more stripped; drawn on the GPU machine "
                           "from their recorded mean, deviation and range (execute.fill_weights, seed 0)",
                "models": models}
-        with open(man_path, "w", encoding="utf-8") as f:
-            json.dump(man, f, indent=1)
-            f.write("\n")
+        _write_manifest(man_path, man)
         total = sum(x["bytes"] for mm in models for x in mm.get("files", {}).values())
         progress(f"{s}: {len(models)} models, {sum(len(mm.get('files', {})) for mm in models)} files, "
                  f"{total / 1e6:.1f} MB -> {man_path}")
