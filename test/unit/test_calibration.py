@@ -19,11 +19,11 @@ from test_cost import EVERY_OP
 def test_recording_wraps_only_inside_the_block_and_prices_as_the_inner_model():
     col = C.Collector()
     with wrapping_cost_models(lambda cm: C.Recording(cm, col)):
-        rec = get_cost_model("analytic:h100")
-    plain = get_cost_model("analytic:h100")
+        rec = get_cost_model("analytic:v100")
+    plain = get_cost_model("analytic:v100")
     assert isinstance(rec, C.Recording) and isinstance(plain, Analytic)
-    assert rec.name == "analytic:h100" and not is_measured(rec)
-    assert describe(rec) == describe(plain) == "estimated by the analytic roofline of an NVIDIA H100"
+    assert rec.name == "analytic:v100" and not is_measured(rec)
+    assert describe(rec) == describe(plain) == "estimated by the analytic roofline of an NVIDIA V100"
     for sig in EVERY_OP + EVERY_OP:  # (twice: recorded once)
         assert rec.cost(sig) == plain.cost(sig)
     assert sorted(col.sigs) == sorted({s.key() for s in EVERY_OP})
