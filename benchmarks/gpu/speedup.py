@@ -397,7 +397,8 @@ class Run:
         """Load, check and time ``files`` of model ``m`` (interleaved rounds until ``until``) into ``part``:
         {files: per file its plan and each executor's check, timing: executor -> file -> statistics, rounds}."""
         a = self.args
-        part["files"].update((f, {}) for f in files)
+        # (the manifest's digest of each file: report.py matches files of two runs by it)
+        part["files"].update((f, {"digest": (m["files"].get(f) or {}).get("digest")}) for f in files)
         runners = {}  # (executor, file) -> runner
         try:
             for f in files:

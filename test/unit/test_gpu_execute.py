@@ -31,13 +31,17 @@ import speedup as SP  # noqa: E402
 import torch_exec as TE  # noqa: E402
 
 
-def _committed_report(tmp_path) -> Path:
-    """RESULTS-gpu.md as report.py writes it from the committed H200 run (its chart to tmp_path/c.png)."""
+#: the committed GPU runs, in the order benchmarks/RESULTS-gpu.md shows them
+RUNS = [ROOT / "benchmarks" / "results" / "gpu" / f"speedup-{n}.json" for n in ("h100", "h100-cuda", "h200")]
+
+
+def _committed_report(tmp_path, runs=None) -> Path:
+    """The page report.py writes from the committed runs (default: all, as RESULTS-gpu.md; the charts to
+    tmp_path)."""
     pytest.importorskip("matplotlib")
     md = tmp_path / "R.md"
-    r = subprocess.run([sys.executable, str(GPU / "report.py"),
-                        str(ROOT / "benchmarks" / "results" / "gpu" / "speedup-h200.json"), "--md", str(md), "--chart",
-                        str(tmp_path / "c.png")], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, str(GPU / "report.py"), *map(str, runs or RUNS), "--md", str(md),
+                        "--chart-dir", str(tmp_path)], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr
     return md
 
@@ -258,11 +262,23 @@ def run_speedup(*args, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def _measured(man_model: dict) -> list:
+    """A manifest model's variants optimized for a measured table (``opt-cuda-*``), in the manifest's order."""
+    return [v for v in man_model["variants"] if v.startswith("opt-cuda-")]
+
+
+def _later_files(man_model: dict) -> set:
+    """The files only the measured tables' searches exported (the later pass times them)."""
+    v = man_model["variants"]
+    return {v[x]["file"] for x in _measured(man_model)} - {e["file"] for x, e in v.items() if x not in
+                                                             _measured(man_model)}
+
+
 def test_dry_speedup_run_checks_times_and_reports(tmp_path):
     """Each model's original and analytic graphs first; then, after every model's, the graphs optimized for the
-    measured table (cuda:h200) where its search exported a graph of its own (quick NasRNN and BERT), each timed
-    against the original again; where it exported the analytic search's graph (quick SqueezeNet), that file is
-    timed once and the cuda:h200 ratio is its ratio."""
+    measured tables (cuda:h100, cuda:h200) where their searches exported a graph of their own (quick NasRNN and
+    BERT), each timed against the original again; where one exported the analytic search's graph (quick
+    SqueezeNet), that file is timed once and the measured table's ratio is its ratio."""
     out = tmp_path / "s.json"
     r = run_speedup("--set", "quick", "--models", "nasrnn,squeezenet,bert-b1", "--min-rounds", "3",
                     "--max-rounds", "3", "--runs", "2", "--out", out, "--budget-s", "120")
@@ -271,42 +287,48 @@ def test_dry_speedup_run_checks_times_and_reports(tmp_path):
     assert res["complete"] and res["method"]["backend"] == "dry" and "torch" in res["method"]["skipped_executors"]
     assert [m["name"] for m in res["models"]] == ["squeezenet", "nasrnn", "bert-b1"] or len(res["models"]) == 3
     assert not res["not_reached"] and not res["later_not_reached"]
+    man = {m["name"]: m for m in manifest("quick")["models"]}
+    own = [n for n in ("nasrnn", "squeezenet", "bert-b1") if _later_files(man[n])]
+    assert sorted(own) == ["bert-b1", "nasrnn"]
     # the later pass after every model's first: its lines last
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("speedup: ") and "[" in ln]
-    later = [i for i, ln in enumerate(lines) if "(later: cuda:h200)" in ln]
-    assert len(lines) == 5 and later == [3, 4], lines
-    man = {m["name"]: m for m in manifest("quick")["models"]}
+    later = [i for i, ln in enumerate(lines) if "(later: cuda:" in ln]
+    assert len(lines) == 3 + len(own) and later == list(range(3, 3 + len(own))), lines
     assert res["passes"]["first_files"] == sum(len(set(e["file"] for v, e in man[n]["variants"].items()
-                                                       if v != "opt-cuda-h200")) for n in man
+                                                       if v not in _measured(man[n]))) for n in man
                                                if n in ("nasrnn", "squeezenet", "bert-b1"))
     for m in res["models"]:
         assert m["status"] == "ok" and m["rounds"] == 3, m
         for f, fe in m["files"].items():
             assert fe["executors"]["taso"]["status"] == "ok" and fe["executors"]["taso"]["check"]["rel_err"] < 1e-4
+            assert fe["digest"] == man[m["name"]]["files"][f]["digest"]
             assert len(SP.timing_of(m, "taso", f)["rounds"]) == 3
         sp = m["speedup"]["taso"]
-        assert set(sp) == {"opt-analytic-t4", "opt-analytic-h100", "opt-cuda-h200"}
+        assert set(sp) == {"opt-analytic-t4", "opt-analytic-h100", "opt-cuda-h100", "opt-cuda-h200"}
         for s in sp.values():
             assert s["rounds"] == 3 and s["q1"] <= s["median"] <= s["q3"]
-        cuda = man[m["name"]]["variants"]["opt-cuda-h200"]
-        if "same_graph_as" in cuda:  # one file, timed once, in the first pass
-            assert m["name"] == "squeezenet" and "later" not in m
-            assert sp["opt-cuda-h200"] == sp[cuda["same_graph_as"]["variants"][0]]
-            assert m["same_graph_as"]["opt-cuda-h200"] == cuda["same_graph_as"]
-        else:  # its own graph: the later pass, with the original again
-            orig = m["variants"]["original"]
-            lt = m["later"]
-            assert lt["status"] == "ok" and lt["rounds"] == 3 and lt["graphs"] == [cuda["file"]]
-            assert set(lt["timing"]["taso"]) == {orig, cuda["file"]} and cuda["file"] not in m["timing"]["taso"]
-            assert sp["opt-cuda-h200"]["pass"] == "later" and "pass" not in sp["opt-analytic-t4"]
-            assert sp["opt-cuda-h200"]["median"] == pytest.approx(SP.ratio_stats(
-                lt["timing"]["taso"][orig]["rounds"], lt["timing"]["taso"][cuda["file"]]["rounds"])["median"])
+        first = {e["file"] for v, e in man[m["name"]]["variants"].items() if v not in _measured(man[m["name"]])}
+        for v in _measured(man[m["name"]]):
+            cuda = man[m["name"]]["variants"][v]
+            if cuda["file"] in first:  # an analytic search's graph: one file, timed once, in the first pass
+                assert "pass" not in sp[v] and m["same_graph_as"][v] == cuda["same_graph_as"]
+                assert sp[v] == sp[cuda["same_graph_as"]["variants"][0]]
+            else:  # a graph of the measured tables' own: the later pass, with the original again
+                orig = m["variants"]["original"]
+                lt = m["later"]
+                assert lt["status"] == "ok" and lt["rounds"] == 3 and cuda["file"] in lt["graphs"]
+                assert set(lt["timing"]["taso"]) == {orig} | set(lt["graphs"])
+                assert cuda["file"] not in m["timing"]["taso"]
+                assert sp[v]["pass"] == "later" and "pass" not in sp["opt-analytic-t4"]
+                assert sp[v]["median"] == pytest.approx(SP.ratio_stats(
+                    lt["timing"]["taso"][orig]["rounds"], lt["timing"]["taso"][cuda["file"]]["rounds"])["median"])
         for f, row in m["fidelity"].items():
             assert row["measured_ms"] > 0 and row["predicted_ms"]["analytic:h100"] > 0
-            assert row["predicted_ms"]["cuda:h200"] > 0
+            assert row["predicted_ms"]["cuda:h200"] > 0 and row["predicted_ms"]["cuda:h100"] > 0
     md = (tmp_path / "RESULTS-gpu.md").read_text()
     assert "DRY RUN" in md and "| NasRNN |" in md and "Cost-model fidelity" in md
-    assert "| model | status | rounds | taso: analytic:t4 | taso: analytic:h100 | taso: cuda:h200 |" in md
+    assert ("| model | status | rounds | taso: analytic:t4 | taso: analytic:h100 | taso: cuda:h100 | "
+            "taso: cuda:h200 |") in md
     assert "| NasRNN | ok | 3 + 3 |" in md and "| SqueezeNet | ok | 3 | " in md
     assert md.count("same graph as analytic:t4") >= 3  # squeezenet's h100 and cuda:h200, nasrnn's h100
     assert "nasrnn.original.onnx (again, in the later pass)" in md
@@ -364,9 +386,10 @@ def test_the_later_graphs_never_push_a_first_comparison_out_of_the_budget(tmp_pa
                                                         "rounds": [1.0 + k] * n}
     monkeypatch.setattr(SP.Run, "model", fake_model)
     man = manifest("full")
-    first_files = sum(len({e["file"] for v, e in m["variants"].items() if v != "opt-cuda-h200"})
+    first_files = sum(len({e["file"] for v, e in m["variants"].items() if v not in _measured(m)})
                       for m in man["models"])
-    own = [m["name"] for m in man["models"] if "same_graph_as" not in m["variants"]["opt-cuda-h200"]]
+    own = [m["name"] for m in man["models"] if _later_files(m)]
+    later = {f for m in man["models"] for f in _later_files(m)}
     # short: the first pass's loads and 5 rounds each fit, not the later pass's
     budget = first_files * (1.0 + 0.5) + 3 + 6
     out = tmp_path / "s.json"
@@ -380,9 +403,9 @@ def test_the_later_graphs_never_push_a_first_comparison_out_of_the_budget(tmp_pa
     done = [m["name"] for m in res["models"] if m.get("later")]
     assert done + res["later_not_reached"] == [n for n in (m["name"] for m in res["models"]) if n in own]
     # the first pass ran every model before any later graph
-    firsts = [c for c in calls if not any(f.endswith("opt-cuda-h200.onnx") for f in c[1])]
+    firsts = [c for c in calls if not any(f in later for f in c[1])]
     assert calls[:len(firsts)] == firsts and len(firsts) == len(man["models"])
-    # with room for everything: every cuda:h200 graph of its own timed, with its original
+    # with room for everything: every measured table's graph of its own timed, with its original
     calls.clear()
     clock[0] = 0.0
     assert SP.main(["--dry-run", "--set", "full", "--out", str(out), "--budget-s", "600",
@@ -391,7 +414,7 @@ def test_the_later_graphs_never_push_a_first_comparison_out_of_the_budget(tmp_pa
     assert res["complete"] and not res["later_not_reached"]
     assert sorted(m["name"] for m in res["models"] if m.get("later")) == sorted(own)
     for m in res["models"]:
-        assert m["speedup"]["taso"]["opt-cuda-h200"]["rounds"] > 0
+        assert all(m["speedup"]["taso"][v]["rounds"] > 0 for v in ("opt-cuda-h100", "opt-cuda-h200"))
 
 
 def test_budget_stops_with_results_written(tmp_path):
@@ -498,39 +521,65 @@ def test_report_writes_markdown_and_chart(tmp_path):
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     text = md.read_text()
-    assert "![speedups](speedup-gpu.png)" in text and "Against the issue's targets" in text and "1.32x" in text
-    assert (tmp_path / "speedup-gpu.png").stat().st_size > 1000
-    assert "| taso: analytic:t4 | taso: analytic:h100 | taso: cuda:h200 |" in text
+    assert "![speedups](s.png)" in text and "Against the issue's targets" in text and "1.32x" in text
+    assert "| 1.245x |" in text  # (TENSAT's own figure as a speedup, beside the issue's reading of it)
+    assert (tmp_path / "s.png").stat().st_size > 1000
+    assert "| taso: analytic:t4 | taso: analytic:h100 | taso: cuda:h100 | taso: cuda:h200 |" in text
     row = next(ln for ln in text.splitlines() if ln.startswith("| SqueezeNet | ok |"))
-    assert row.count("same graph as analytic:t4") == 2  # analytic:h100 and cuda:h200: one file
+    assert row.count("same graph as analytic:t4") == 3  # analytic:h100, cuda:h100 and cuda:h200: one file
     row = next(ln for ln in text.splitlines() if ln.startswith("| NasRNN | ok | 2 + 2 |"))
-    assert row.count("same graph as") == 1 and row.rstrip(" |").endswith(")")  # cuda:h200's own ratio
+    # analytic:h100's is analytic:t4's graph, cuda:h200's cuda:h100's; cuda:h100 its own ratio
+    assert row.count("same graph as") == 2 and "same graph as cuda:h100" in row
     res = json.loads(out.read_text())
     ser = RP.series(res)
     assert [lab for lab, _ in ser] == ["taso executor, optimized for analytic:t4",
                                        "taso executor, optimized for analytic:h100",
+                                       "taso executor, optimized for cuda:h100",
                                        "taso executor, optimized for cuda:h200"]
     names = [m["name"] for m in res["models"]]
     sq, nr = names.index("squeezenet"), names.index("nasrnn")
     assert ser[2][1][sq][4] and not ser[2][1][nr][4]  # faint where the graph is analytic:t4's
-    assert ser[1][1][nr][4] and not ser[0][1][nr][4]
-    assert ser[2][1][nr][0] == pytest.approx(res["models"][nr]["speedup"]["taso"]["opt-cuda-h200"]["median"])
+    assert ser[1][1][nr][4] and not ser[0][1][nr][4] and ser[3][1][nr][4]
+    assert ser[2][1][nr][0] == pytest.approx(res["models"][nr]["speedup"]["taso"]["opt-cuda-h100"]["median"])
     tt = RP.target_table(res)
-    assert all((", analytic:" in ln or ", cuda:h200" in ln) for ln in tt.splitlines() if ln.startswith("| Nas")
+    assert all((", analytic:" in ln or ", cuda:h100" in ln) for ln in tt.splitlines() if ln.startswith("| Nas")
                or ln.startswith("| Squ"))
 
 
 def test_report_reads_the_committed_h200_results(tmp_path):
     """The H200 run's results (before the measured tables' graphs existed) still make the report: analytic:t4
     first, analytic:h100 beside it, its cells naming the graphs the two searches shared."""
-    md = _committed_report(tmp_path)
+    md = _committed_report(tmp_path, RUNS[2:])
     text = md.read_text()
     assert "| taso: analytic:t4 | torch: analytic:t4 | taso: analytic:h100 | torch: analytic:h100 |" in text
     row = next(ln for ln in text.splitlines() if ln.startswith("| SqueezeNet | ok | 31 |"))
     assert "1.320x (1.319-1.320)" in row and row.count("same graph as analytic:t4") == 2
     row = next(ln for ln in text.splitlines() if ln.startswith("| Inception-v3 | ok | 31 |"))
     assert "same graph" not in row and "1.302x (1.301-1.303)" in row
-    assert "| Inception-v3 | 1.11x | 1.302x (1.301-1.303), analytic:h100 (met) |" in text
+    assert "| Inception-v3 | 1.11x | 1.100x | 1.302x (1.301-1.303), analytic:h100 (issue: met; TENSAT: met) |" in text
+    assert "## The same files in two runs" not in text  # (one run)
+
+
+def test_the_report_compares_the_files_two_runs_on_one_gpu_share():
+    """report.across_runs: a file timed in two runs on the same GPU gets one row with each run's ratio and the
+    spread; the original's latency too; a file whose digests differ, a run on another GPU, and a page of one run
+    get nothing."""
+    import report as RP
+
+    def run(gpu, orig_ms, ratio, digest="d1"):
+        return {"device": {"gpu": gpu}, "date": "t", "method": {"executors": {"taso": ""}},
+                "models": [{"name": "m", "variants": {"original": "o.onnx", "opt-x": "a.onnx", "opt-y": "b.onnx"},
+                            "files": {"a.onnx": {"digest": digest}, "b.onnx": {"digest": "d2"}},
+                            "timing": {"taso": {"o.onnx": {"median_ms": orig_ms}}},
+                            "speedup": {"taso": {"opt-x": {"median": ratio, "rounds": 3},
+                                                 "opt-y": {"median": 1.0, "rounds": 0}}}}]}
+
+    text = RP.across_runs([run("G", 2.0, 1.2), run("H", 9.0, 9.0), run("G", 2.1, 1.5)])
+    rows = [ln for ln in text.splitlines() if ln.startswith("| m |")]
+    assert rows == ["| m | taso | o.onnx (latency) | 2 ms | 2.1 ms | 5.0% |", "| m | taso | a.onnx | 1.200x | 1.500x | 25.0% |"]
+    assert "### G" in text and "### H" not in text and "run 1 (G, t) | run 3 (G, t)" in text
+    assert "a.onnx" not in RP.across_runs([run("G", 2.0, 1.2), run("G", 2.1, 1.5, digest="other")])
+    assert RP.across_runs([run("G", 2.0, 1.2)]) == ""
 
 
 def test_the_report_reprices_the_fidelity_from_the_manifest_and_keeps_the_measurements():
@@ -568,11 +617,13 @@ def test_the_report_reprices_the_fidelity_from_the_manifest_and_keeps_the_measur
 
 
 def test_the_committed_results_page_is_the_report_of_the_committed_run_and_manifest(tmp_path):
-    """benchmarks/RESULTS-gpu.md is what report.py makes of the H200 run's results with the committed manifest's
+    """benchmarks/RESULTS-gpu.md is what report.py makes of the committed runs' results with the committed manifest's
     predictions (re-priced as the executor runs each file): regenerating it changes nothing but the chart's
     path."""
     md = _committed_report(tmp_path)
-    got = md.read_text().replace("![speedups](c.png)", "![speedups](results/gpu/speedup-h200.png)")
+    got = md.read_text()
+    for p in RUNS:
+        got = got.replace(f"![speedups]({p.stem}.png)", f"![speedups](results/gpu/{p.stem}.png)")
     assert got == (ROOT / "benchmarks" / "RESULTS-gpu.md").read_text()
     man = {m["name"]: m for m in manifest("full")["models"]}
     f = "squeezenet.opt-analytic-t4.onnx"
