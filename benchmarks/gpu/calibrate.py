@@ -106,7 +106,11 @@ class Calibration:
                        "cap_s": args.cap_s, "inputs": "uniform [0.5, 1.5), the same buffers over the repeats",
                        "timing": "each run between two events, behind a spin kernel (device time, no host gaps)"
                        if backend.name == "cuda" else "wall clock around numpy (a rehearsal, not a GPU timing)",
-                       "tf32": bool(args.tf32)},
+                       "tf32": bool(args.tf32),
+                       "in_graph": ({"copies_at_most": args.in_graph, "replays": 8, "statistic": "graph_ms: the median "
+                                     "over the replays of a CUDA graph of copies of the op, per copy (launches "
+                                     "overlapped, as a model run as one CUDA graph runs them)"}
+                                    if args.in_graph else None)},
             "paths": backend.paths(),
             "signatures_file": {k: sig_header.get(k) for k in ("commit", "date", "suite", "models", "targets",
                                                                "strategies")} | {"count": len(recs)},
@@ -174,7 +178,7 @@ class Calibration:
         try:
             cap = max(0.05, min(a.cap_s, self.deadline - time.monotonic()))
             inspect = (lambda pl, prep, entry: entry.update(rel_err=self._check(rec, pl, prep))) if check else None
-            entry = measure(self.backend, rec, pl, a.warmup, a.repeats, cap, inspect)
+            entry = measure(self.backend, rec, pl, a.warmup, a.repeats, cap, inspect, in_graph=a.in_graph)
             self._put("entries", key, entry)
             return "measured"
         except Unsupported as e:
@@ -313,6 +317,8 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint-s", type=float, default=5.0, help="write the table at least this often")
     ap.add_argument("--cap-s", type=float, default=2.0, help="seconds one signature's runs may take (fewer repeats)")
     ap.add_argument("--hang-s", type=float, default=60.0, help="the watchdog's limit for one signature")
+    ap.add_argument("--in-graph", type=int, default=16, metavar="N",
+                    help="also time each op inside a CUDA graph of up to N copies of it (graph_ms; 0: not)")
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=32)
     ap.add_argument("--limit", type=int, default=0, help="measure at most this many signatures (0: all)")

@@ -344,6 +344,17 @@ class DryBackend:
             times.append(1e3 * (time.perf_counter() - t))
         return times, warmup, repeats
 
+    def time_in_graph(self, prep: Prepared, copies: int, replays: int) -> list:
+        """The rehearsal of ``CudaDevice.time_in_graph``: ``copies`` runs back to back per replay, wall clock,
+        per run (numpy has no graphs: what it rehearses is the loop and the entry, not the number)."""
+        times = []
+        for _ in range(replays):
+            t = time.perf_counter()
+            for _ in range(copies):
+                prep.run()
+            times.append(1e3 * (time.perf_counter() - t) / copies)
+        return times
+
     def close(self):
         pass
 
@@ -1017,6 +1028,35 @@ class CudaDevice:
             spin_ms = min(50.0, 2.0 * host_ms + 0.5)
         return times, warmup, repeats
 
+    def time_in_graph(self, prep, copies: int, replays: int) -> list:
+        """Per-run device times (ms) of ``prep.run()`` inside a CUDA graph: ``copies`` runs captured back to back
+        as one graph, each of ``replays`` replays timed between two events behind a spin kernel, divided by
+        ``copies``. What one op costs where a whole model runs as one CUDA graph, as the GPU executor runs
+        models: consecutive kernels overlap their launches there, where ``time`` pays each launch. Raises what
+        the capture raises (a kernel that cannot be captured)."""
+        torch = self.torch
+        self.stream.synchronize()
+        g = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(g, stream=self.stream, capture_error_mode="thread_local"):
+                for _ in range(copies):
+                    prep.run()
+            with torch.cuda.stream(self.stream):
+                g.replay()  # (the first replay uploads the graph)
+                self.stream.synchronize()
+                self._spin(min(50.0, 0.05 * replays + 0.5))
+                evs = self._record_events(1)
+                for _ in range(replays):
+                    g.replay()
+                    evs += self._record_events(1)
+            return [t / copies for t in self._elapsed(evs)]
+        finally:
+            del g
+            try:
+                torch.cuda.synchronize()
+            except Exception:
+                pass
+
     def close(self):
         try:
             self.torch.cuda.synchronize()
@@ -1125,12 +1165,18 @@ def short_name(gpu: str) -> str:
 # one signature
 
 
+def graph_copies(ms: float, most: int) -> int:
+    """How many runs of an op one in-graph timing captures: about 0.5 ms of work, 2 at least, ``most`` at most."""
+    return max(2, min(most, int(0.5 / max(ms, 1e-4))))
+
+
 def measure(backend, rec: dict, pl: Plan, warmup: int = 8, repeats: int = 32, cap_s: float = 2.0,
-            inspect=None) -> dict:
+            inspect=None, in_graph: int = 0, graph_replays: int = 8) -> dict:
     """Prepare and time one signature's plan on ``backend``: its entry ``{"ms" (the median), "q1_ms", "q3_ms",
     "min_ms", "repeats", "warmup", "backend" (what ran), ["approx"]}``; a view costs 0 and runs nothing.
     ``inspect(pl, prepared, entry)``, where given, runs before the buffers are released (the calibration's
-    check against numpy). Raises ``Unsupported`` where the backend has no kernel for the plan, and whatever
+    check against numpy). ``in_graph`` (copies at most; 0: not): the op also timed inside a CUDA graph of copies
+    of it (``time_in_graph``), its median per run as ``graph_ms`` (``graph_error`` where capture failed). Raises ``Unsupported`` where the backend has no kernel for the plan, and whatever
     the kernels raise."""
     prep = backend.prepare(rec, pl)
     try:
@@ -1141,6 +1187,13 @@ def measure(backend, rec: dict, pl: Plan, warmup: int = 8, repeats: int = 32, ca
             q1, med, q3 = (float(v) for v in np.percentile(times, [25, 50, 75]))
             entry = {"ms": med, "q1_ms": q1, "q3_ms": q3, "min_ms": float(min(times)), "repeats": r, "warmup": w,
                      "backend": prep.backend}
+            if in_graph:
+                n = graph_copies(med, in_graph)
+                try:
+                    gt = backend.time_in_graph(prep, n, graph_replays)
+                    entry.update(graph_ms=float(np.median(gt)), graph_copies=n, graph_replays=len(gt))
+                except Exception as e:  # (the op's own timing stands; the reason is kept)
+                    entry["graph_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
         if pl.approx:
             entry["approx"] = True
         if inspect is not None:

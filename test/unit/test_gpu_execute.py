@@ -26,13 +26,15 @@ from unit_helpers import gpu_manifest as manifest
 MODELS = GPU / "models"
 sys.path.insert(0, str(GPU))
 
+import calibrate as CAL  # noqa: E402
 import execute as E  # noqa: E402
 import speedup as SP  # noqa: E402
 import torch_exec as TE  # noqa: E402
 
 
+RES = ROOT / "benchmarks" / "results" / "gpu"
 #: the committed GPU runs, in the order benchmarks/RESULTS-gpu.md shows them
-RUNS = [ROOT / "benchmarks" / "results" / "gpu" / f"speedup-{n}.json" for n in ("h100", "h100-cuda", "h200")]
+RUNS = [RES / f"speedup-{n}.json" for n in ("h100", "h100-cuda", "h200")]
 
 
 def _committed_report(tmp_path, runs=None) -> Path:
@@ -727,3 +729,28 @@ def test_taso_bench_device_cuda_prepares_then_says_in_one_line_that_no_gpu_can_r
     assert [m["name"] for m in man["models"]] == ["squeezenet"], man
     r = _taso_bench("--device", "cuda", "--strategies", cwd=tmp_path)
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "--device cuda" in r.stderr, r.stderr
+
+
+def test_the_in_graph_comparison_is_the_report_of_the_committed_in_graph_run():
+    """benchmarks/results/gpu/ingraph.md is what ingraph.py makes of the committed in-graph calibration and its
+    whole-model run; the per-kernel overhead it finds is the alone-minus-graph difference of the small ops."""
+    r = subprocess.run([sys.executable, str(GPU / "ingraph.py"), str(RES / "h100-graph.json"),
+                        str(RES / "speedup-ingraph.json")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (RES / "ingraph.md").read_text()
+    assert "Per-kernel overhead of timing alone (the median over the ops under 0.01 ms): 2.85 us." in r.stdout
+    t = json.loads((RES / "h100-graph.json").read_text())
+    assert t["method"]["in_graph"]["copies_at_most"] == 16
+    assert all(e["graph_ms"] > 0 for e in t["entries"].values() if e["ms"] > 0)
+
+
+def test_in_graph_timing_is_rehearsed_on_the_dry_backend(tmp_path):
+    """calibrate.py --in-graph on the dry backend: each entry but views gets graph_ms and its copies (2-16,
+    about 0.5 ms of work), and the table's method says how it was timed."""
+    out = tmp_path / "t.json"
+    assert CAL.main(["--dry-run", "--limit", "6", "--in-graph", "4", "--out", str(out)]) == 0
+    t = json.loads(out.read_text())
+    es = [e for e in t["entries"].values() if e["ms"] > 0]
+    assert es and all(e["graph_ms"] > 0 and 2 <= e["graph_copies"] <= 4 and e["graph_replays"] == 8 for e in es)
+    assert t["method"]["in_graph"]["copies_at_most"] == 4
+    assert CAL.K.graph_copies(1e-3, 16) == 16 and CAL.K.graph_copies(0.1, 16) == 5 and CAL.K.graph_copies(5, 16) == 2

@@ -1,0 +1,96 @@
+"""Per-op costs timed alone against the same ops timed inside a CUDA graph (issue 25's fidelity question), on
+the CPU from the in-graph calibration run (``run_ingraph.sh``): a table whose entries carry ``graph_ms``
+(calibrate.py ``--in-graph``) and the whole-model latencies that run measured (speedup.py's results).
+
+    python benchmarks/gpu/ingraph.py benchmarks/results/gpu/h100-graph.json benchmarks/results/gpu/speedup-ingraph.json
+
+Prints markdown: per size class of op, what timing an op alone adds over the same op in a graph (its launch
+and event overhead) and the ratio of the two; then per file, the whole model's measured latency against three
+sums over the kernels the executor runs (prepare.py's manifest ops): the ops timed alone, alone less the
+per-kernel overhead measured above, and in a graph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUCKETS = [(0, 0.005), (0.005, 0.01), (0.01, 0.02), (0.02, 0.05), (0.05, 0.1), (0.1, 1.0), (1.0, 1e9)]
+
+
+def _q(v: list) -> str:
+    q1, med, q3 = statistics.quantiles(v, n=4) if len(v) > 1 else (v[0], v[0], v[0])
+    return f"{med:.2f} ({q1:.2f}-{q3:.2f})"
+
+
+def report(table: dict, res: dict, man: dict) -> str:
+    E = table["entries"]
+    pairs = [(e["ms"], e["graph_ms"]) for e in E.values() if "graph_ms" in e and e["ms"] > 0]
+    lines = [f"Table: {table.get('name')} ({(table.get('device') or {}).get('gpu')}, {table.get('date')}), "
+             f"{len(pairs)} ops timed both ways; whole models: {res.get('date')}, "
+             f"{(res.get('device') or {}).get('gpu')}.", "",
+             "| op timed alone (ms) | ops | alone - in graph (us): median (IQR) | in graph / alone: median (IQR) |",
+             "|---|---|---|---|"]
+    for lo, hi in BUCKETS:
+        sel = [(a, g) for a, g in pairs if lo <= a < hi]
+        if sel:
+            lines.append(f"| {lo:g}-{hi:g} | {len(sel)} | {_q([1e3 * (a - g) for a, g in sel])} | "
+                         f"{_q([g / a for a, g in sel])} |".replace("-1e+09", "+"))
+    small = [a - g for a, g in pairs if a < 0.01]
+    delta = statistics.median(small) if small else 0.0
+    files = {m["name"]: m.get("files") or {} for m in man.get("models", [])}
+    lines += ["", f"Per-kernel overhead of timing alone (the median over the ops under 0.01 ms): {1e3 * delta:.2f} us.",
+              "", "| file | kernels | measured ms | alone / measured | alone less the overhead / measured | "
+                  "in graph / measured |", "|---|---|---|---|---|---|"]
+    within = {"alone": 0, "less": 0, "graph": 0}
+    n, left = 0, []
+    for m in res["models"]:
+        for f, r in (m.get("fidelity") or {}).items():
+            ops = ((files.get(m["name"]) or {}).get(f) or {}).get("predicted", {}).get("ops")
+            meas = r.get("measured_ms")
+            if not ops or not meas or any(k not in E for k, *_ in ops):
+                left.append(f)
+                continue
+            k = sum(c for _, _, c, _ in ops)
+            alone = sum(c * E[key]["ms"] for key, _, c, _ in ops)
+            less = sum(c * max(0.0, E[key]["ms"] - delta) for key, _, c, _ in ops if E[key]["ms"] > 0)
+            graph = sum(c * E[key].get("graph_ms", E[key]["ms"]) for key, _, c, _ in ops)
+            ratios = {"alone": alone / meas, "less": less / meas, "graph": graph / meas}
+            n += 1
+            for x, v in ratios.items():
+                within[x] += 0.9 <= v <= 1.1
+            lines.append(f"| {f} | {k} | {meas:.4g} | {ratios['alone']:.2f} | {ratios['less']:.2f} | "
+                         f"{ratios['graph']:.2f} |")
+    lines += ["", f"Within 10% of the measured latency: alone {within['alone']} of {n}, alone less the overhead "
+                  f"{within['less']} of {n}, in graph {within['graph']} of {n}."
+              + (f" Left out (kernels the table lacks): {', '.join(left)}." if left else "")]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("table", help="a calibration table with graph_ms (calibrate.py --in-graph)")
+    ap.add_argument("results", help="speedup.py's results of the same run")
+    ap.add_argument("--manifest", default="", help="default: models/<the run's set>/manifest.json")
+    a = ap.parse_args(argv)
+    try:
+        with open(a.table, encoding="utf-8") as f:
+            table = json.load(f)
+        with open(a.results, encoding="utf-8") as f:
+            res = json.load(f)
+        with open(a.manifest or os.path.join(HERE, "models", (res.get("manifest") or {}).get("set", "full"),
+                                             "manifest.json"), encoding="utf-8") as f:
+            man = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"ingraph: error: {e}", file=sys.stderr)
+        return 2
+    print(report(table, res, man), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
