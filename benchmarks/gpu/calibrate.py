@@ -110,7 +110,9 @@ class Calibration:
                        "in_graph": ({"copies_at_most": args.in_graph, "replays": 8, "statistic": "graph_ms: the median "
                                      "over the replays of a CUDA graph of copies of the op, per copy (launches "
                                      "overlapped, as a model run as one CUDA graph runs them)"}
-                                    if args.in_graph else None)},
+                                    if args.in_graph else None),
+                       "cold": ({"runs": args.cold, "statistic": "cold_ms: the median of runs each after a 256 MB "
+                                 "buffer was written (the L2 flushed), between two events"} if args.cold else None)},
             "paths": backend.paths(),
             "signatures_file": {k: sig_header.get(k) for k in ("commit", "date", "suite", "models", "targets",
                                                                "strategies")} | {"count": len(recs)},
@@ -178,7 +180,8 @@ class Calibration:
         try:
             cap = max(0.05, min(a.cap_s, self.deadline - time.monotonic()))
             inspect = (lambda pl, prep, entry: entry.update(rel_err=self._check(rec, pl, prep))) if check else None
-            entry = measure(self.backend, rec, pl, a.warmup, a.repeats, cap, inspect, in_graph=a.in_graph)
+            entry = measure(self.backend, rec, pl, a.warmup, a.repeats, cap, inspect, in_graph=a.in_graph,
+                            cold=a.cold)
             self._put("entries", key, entry)
             return "measured"
         except Unsupported as e:
@@ -319,6 +322,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hang-s", type=float, default=60.0, help="the watchdog's limit for one signature")
     ap.add_argument("--in-graph", type=int, default=16, metavar="N",
                     help="also time each op inside a CUDA graph of up to N copies of it (graph_ms; 0: not)")
+    ap.add_argument("--cold", type=int, default=0, metavar="N",
+                    help="also time each op N times with the L2 cache flushed before each run (cold_ms; 0: not)")
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=32)
     ap.add_argument("--limit", type=int, default=0, help="measure at most this many signatures (0: all)")

@@ -7,7 +7,8 @@ the CPU from the in-graph calibration run (``run_ingraph.sh``): a table whose en
 Prints markdown: per size class of op, what timing an op alone adds over the same op in a graph (its launch
 and event overhead) and the ratio of the two; then per file, the whole model's measured latency against three
 sums over the kernels the executor runs (prepare.py's manifest ops): the ops timed alone, alone less the
-per-kernel overhead measured above, and in a graph.
+per-kernel overhead measured above, in a graph, and where the table has ``cold_ms`` (calibrate.py ``--cold``)
+with the L2 flushed before each run, with and without that overhead.
 """
 
 from __future__ import annotations
@@ -43,10 +44,14 @@ def report(table: dict, res: dict, man: dict) -> str:
     small = [a - g for a, g in pairs if a < 0.01]
     delta = statistics.median(small) if small else 0.0
     files = {m["name"]: m.get("files") or {} for m in man.get("models", [])}
+    cold = any("cold_ms" in e for e in E.values())
+    cols = ["alone", "less", "graph"] + (["cold", "cold_less"] if cold else [])
+    names = {"alone": "alone", "less": "alone less the overhead", "graph": "in graph", "cold": "L2 flushed",
+             "cold_less": "L2 flushed less the overhead"}
     lines += ["", f"Per-kernel overhead of timing alone (the median over the ops under 0.01 ms): {1e3 * delta:.2f} us.",
-              "", "| file | kernels | measured ms | alone / measured | alone less the overhead / measured | "
-                  "in graph / measured |", "|---|---|---|---|---|---|"]
-    within = {"alone": 0, "less": 0, "graph": 0}
+              "", "| file | kernels | measured ms | " + " | ".join(f"{names[c]} / measured" for c in cols) + " |",
+              "|---|---|---|" + "---|" * len(cols)]
+    within = dict.fromkeys(cols, 0)
     n, left = 0, []
     for m in res["models"]:
         for f, r in (m.get("fidelity") or {}).items():
@@ -56,18 +61,18 @@ def report(table: dict, res: dict, man: dict) -> str:
                 left.append(f)
                 continue
             k = sum(c for _, _, c, _ in ops)
-            alone = sum(c * E[key]["ms"] for key, _, c, _ in ops)
-            less = sum(c * max(0.0, E[key]["ms"] - delta) for key, _, c, _ in ops if E[key]["ms"] > 0)
-            graph = sum(c * E[key].get("graph_ms", E[key]["ms"]) for key, _, c, _ in ops)
-            ratios = {"alone": alone / meas, "less": less / meas, "graph": graph / meas}
+            sums = {"alone": sum(c * E[key]["ms"] for key, _, c, _ in ops),
+                    "less": sum(c * max(0.0, E[key]["ms"] - delta) for key, _, c, _ in ops if E[key]["ms"] > 0),
+                    "graph": sum(c * E[key].get("graph_ms", E[key]["ms"]) for key, _, c, _ in ops),
+                    "cold": sum(c * E[key].get("cold_ms", E[key]["ms"]) for key, _, c, _ in ops),
+                    "cold_less": sum(c * max(0.0, E[key].get("cold_ms", E[key]["ms"]) - delta)
+                                     for key, _, c, _ in ops if E[key]["ms"] > 0)}
             n += 1
-            for x, v in ratios.items():
-                within[x] += 0.9 <= v <= 1.1
-            lines.append(f"| {f} | {k} | {meas:.4g} | {ratios['alone']:.2f} | {ratios['less']:.2f} | "
-                         f"{ratios['graph']:.2f} |")
-    lines += ["", f"Within 10% of the measured latency: alone {within['alone']} of {n}, alone less the overhead "
-                  f"{within['less']} of {n}, in graph {within['graph']} of {n}."
-              + (f" Left out (kernels the table lacks): {', '.join(left)}." if left else "")]
+            for c in cols:
+                within[c] += 0.9 <= sums[c] / meas <= 1.1
+            lines.append(f"| {f} | {k} | {meas:.4g} | " + " | ".join(f"{sums[c] / meas:.2f}" for c in cols) + " |")
+    lines += ["", "Within 10% of the measured latency: " + ", ".join(f"{names[c]} {within[c]} of {n}" for c in cols)
+              + "." + (f" Left out (kernels the table lacks): {', '.join(left)}." if left else "")]
     return "\n".join(lines) + "\n"
 
 

@@ -344,6 +344,15 @@ class DryBackend:
             times.append(1e3 * (time.perf_counter() - t))
         return times, warmup, repeats
 
+    def time_cold(self, prep: Prepared, repeats: int) -> list:
+        """The rehearsal of ``CudaDevice.time_cold`` (numpy has no L2 to flush: the loop, not the number)."""
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            prep.run()
+            times.append(1e3 * (time.perf_counter() - t))
+        return times
+
     def time_in_graph(self, prep: Prepared, copies: int, replays: int) -> list:
         """The rehearsal of ``CudaDevice.time_in_graph``: ``copies`` runs back to back per replay, wall clock,
         per run (numpy has no graphs: what it rehearses is the loop and the entry, not the number)."""
@@ -1028,6 +1037,24 @@ class CudaDevice:
             spin_ms = min(50.0, 2.0 * host_ms + 0.5)
         return times, warmup, repeats
 
+    def time_cold(self, prep, repeats: int, flush_mb: int = 256) -> list:
+        """Per-run device times (ms) of ``prep.run()`` with the L2 cache flushed before each run (a ``flush_mb``
+        buffer written between the runs, outside the events around each): the op with its weights and inputs in
+        DRAM, where ``time`` reruns it on the same buffers, resident in L2."""
+        torch = self.torch
+        if getattr(self, "_flush_buf", None) is None:
+            self._flush_buf = torch.empty(flush_mb * 262144, dtype=torch.float32, device=self.dev)
+        self.stream.synchronize()
+        pairs = []
+        with torch.cuda.stream(self.stream):
+            self._spin(min(50.0, 1.0 + 0.3 * repeats))
+            for _ in range(repeats):
+                self._flush_buf.fill_(0.0)
+                a = self._record_events(1)
+                prep.run()
+                pairs.append((a[0], self._record_events(1)[0]))
+        return [self._elapsed([a, b])[0] for a, b in pairs]
+
     def time_in_graph(self, prep, copies: int, replays: int) -> list:
         """Per-run device times (ms) of ``prep.run()`` inside a CUDA graph: ``copies`` runs captured back to back
         as one graph, each of ``replays`` replays timed between two events behind a spin kernel, divided by
@@ -1171,12 +1198,13 @@ def graph_copies(ms: float, most: int) -> int:
 
 
 def measure(backend, rec: dict, pl: Plan, warmup: int = 8, repeats: int = 32, cap_s: float = 2.0,
-            inspect=None, in_graph: int = 0, graph_replays: int = 8) -> dict:
+            inspect=None, in_graph: int = 0, graph_replays: int = 8, cold: int = 0) -> dict:
     """Prepare and time one signature's plan on ``backend``: its entry ``{"ms" (the median), "q1_ms", "q3_ms",
     "min_ms", "repeats", "warmup", "backend" (what ran), ["approx"]}``; a view costs 0 and runs nothing.
     ``inspect(pl, prepared, entry)``, where given, runs before the buffers are released (the calibration's
     check against numpy). ``in_graph`` (copies at most; 0: not): the op also timed inside a CUDA graph of copies
-    of it (``time_in_graph``), its median per run as ``graph_ms`` (``graph_error`` where capture failed). Raises ``Unsupported`` where the backend has no kernel for the plan, and whatever
+    of it (``time_in_graph``), its median per run as ``graph_ms`` (``graph_error`` where capture failed).
+    ``cold`` (runs; 0: not): the op also timed with the L2 flushed before each run (``time_cold``), ``cold_ms``. Raises ``Unsupported`` where the backend has no kernel for the plan, and whatever
     the kernels raise."""
     prep = backend.prepare(rec, pl)
     try:
@@ -1194,6 +1222,12 @@ def measure(backend, rec: dict, pl: Plan, warmup: int = 8, repeats: int = 32, ca
                     entry.update(graph_ms=float(np.median(gt)), graph_copies=n, graph_replays=len(gt))
                 except Exception as e:  # (the op's own timing stands; the reason is kept)
                     entry["graph_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            if cold:
+                try:
+                    ct = backend.time_cold(prep, cold)
+                    entry.update(cold_ms=float(np.median(ct)), cold_repeats=len(ct))
+                except Exception as e:
+                    entry["cold_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
         if pl.approx:
             entry["approx"] = True
         if inspect is not None:

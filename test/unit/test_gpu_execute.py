@@ -738,19 +738,25 @@ def test_the_in_graph_comparison_is_the_report_of_the_committed_in_graph_run():
                         str(RES / "speedup-ingraph.json")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout == (RES / "ingraph.md").read_text()
-    assert "Per-kernel overhead of timing alone (the median over the ops under 0.01 ms): 2.85 us." in r.stdout
+    assert "Per-kernel overhead of timing alone (the median over the ops under 0.01 ms): 2.72 us." in r.stdout
+    assert "L2 flushed less the overhead / measured |" in r.stdout
     t = json.loads((RES / "h100-graph.json").read_text())
-    assert t["method"]["in_graph"]["copies_at_most"] == 16
-    assert all(e["graph_ms"] > 0 for e in t["entries"].values() if e["ms"] > 0)
+    assert t["method"]["in_graph"]["copies_at_most"] == 16 and t["method"]["cold"]["runs"] == 16
+    assert all(e["graph_ms"] > 0 and e["cold_ms"] > 0 for e in t["entries"].values() if e["ms"] > 0)
 
 
 def test_in_graph_timing_is_rehearsed_on_the_dry_backend(tmp_path):
-    """calibrate.py --in-graph on the dry backend: each entry but views gets graph_ms and its copies (2-16,
-    about 0.5 ms of work), and the table's method says how it was timed."""
+    """calibrate.py --in-graph and --cold on the dry backend: each entry but views gets graph_ms and its copies
+    (2-16, about 0.5 ms of work) and cold_ms, and the table's method says how it was timed."""
     out = tmp_path / "t.json"
-    assert CAL.main(["--dry-run", "--limit", "6", "--in-graph", "4", "--out", str(out)]) == 0
+    assert CAL.main(["--dry-run", "--limit", "6", "--in-graph", "4", "--cold", "3", "--out", str(out)]) == 0
     t = json.loads(out.read_text())
     es = [e for e in t["entries"].values() if e["ms"] > 0]
     assert es and all(e["graph_ms"] > 0 and 2 <= e["graph_copies"] <= 4 and e["graph_replays"] == 8 for e in es)
-    assert t["method"]["in_graph"]["copies_at_most"] == 4
+    assert all(e["cold_ms"] > 0 and e["cold_repeats"] == 3 for e in es)
+    assert t["method"]["in_graph"]["copies_at_most"] == 4 and t["method"]["cold"]["runs"] == 3
+    assert CAL.main(["--dry-run", "--limit", "2", "--in-graph", "0", "--out", str(out)]) == 0
+    t = json.loads(out.read_text())  # (neither asked: neither timed nor named)
+    assert t["method"]["in_graph"] is None and t["method"]["cold"] is None
+    assert not any("graph_ms" in e or "cold_ms" in e for e in t["entries"].values())
     assert CAL.K.graph_copies(1e-3, 16) == 16 and CAL.K.graph_copies(0.1, 16) == 5 and CAL.K.graph_copies(5, 16) == 2
