@@ -214,7 +214,25 @@ BINARY_OPS = {"Add": "add", "Mul": "mul", "Sub": "sub", "Div": "div"}
 #: every ONNX op type the planner maps (Constant and Gemm are resolved while planning)
 PLANNED_OPS = sorted(VIEW_OPS | set(UNARY_OPS) | set(BINARY_OPS) | {
     "Constant", "Conv", "MatMul", "Gemm", "BatchNormalization", "Transpose", "Concat", "Split", "MaxPool",
-    "AveragePool", "GlobalAveragePool", "Softmax", "LayerNormalization", "Gather", "Cast"})
+    "AveragePool", "GlobalAveragePool", "Softmax", "LayerNormalization", "Gather", "Cast", "Clip", "Equal", "Where",
+    "Expand", "ReduceMean"})
+
+
+def _const_input(node, consts: list, pos: int):
+    """The constant value of ``node``'s input ``pos`` (``consts``: one per non-empty input, None where it is
+    not constant); None where that input is absent or not constant."""
+    k = 0
+    for i, x in enumerate(node.input):
+        if not x:
+            continue
+        if i == pos:
+            return consts[k] if k < len(consts) else None
+        k += 1
+    return None
+
+
+def _given(node, pos: int) -> bool:
+    return len(node.input) > pos and bool(node.input[pos])
 
 
 def node_plan(node, in_shapes: list, out_shapes: list, consts: list) -> C.Plan:
@@ -295,6 +313,34 @@ def node_plan(node, in_shapes: list, out_shapes: list, consts: list) -> C.Plan:
         from onnx import helper
 
         return C.Plan("cast", to=np.dtype(helper.tensor_dtype_to_np_dtype(int(a["to"]))).name)
+    if op == "Clip":
+        bounds = []
+        for pos, attr in ((1, "min"), (2, "max")):
+            if _given(node, pos):
+                v = _const_input(node, consts, pos)
+                if v is None or np.size(v) != 1:
+                    raise Unsupported("Clip with a bound computed at run time")
+                bounds.append(float(np.asarray(v).reshape(())))
+            else:
+                bounds.append(float(a[attr]) if attr in a else None)
+        return C.Plan("clip", lo=bounds[0], hi=bounds[1])
+    if op == "Equal":
+        return C.Plan("equal")
+    if op == "Where":
+        return C.Plan("where")
+    if op == "Expand":
+        return C.Plan("expand")
+    if op == "ReduceMean":
+        if _given(node, 1):
+            axes = _const_input(node, consts, 1)
+            if axes is None:
+                raise Unsupported("ReduceMean with axes computed at run time")
+        else:
+            axes = a.get("axes", range(rank))
+        if a.get("noop_with_empty_axes", 0) and len(axes) == 0:
+            return C.Plan("view", shape=tuple(out_shapes[0]))
+        return C.Plan("reduce_mean", axes=tuple(sorted(int(x) % rank for x in axes)),
+                      keepdims=bool(a.get("keepdims", 1)))
     raise Unsupported(f"no kernel for ONNX op {op}")
 
 
@@ -313,6 +359,22 @@ def _const_value(node) -> np.ndarray:
     raise Unsupported(f"Constant with {a.name}")
 
 
+def _evaluate(nd, ins: list, const_vals: dict, opset: int) -> list:
+    """One node on constant inputs, by onnx's reference evaluator (``Unsupported`` where it cannot)."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        names = [x for x in ins if x]
+        g = helper.make_graph([nd], "fold", [helper.make_tensor_value_info(x, helper.np_dtype_to_tensor_dtype(
+            np.asarray(const_vals[x]).dtype), np.shape(const_vals[x])) for x in names],
+            [helper.make_tensor_value_info(o, 0, None) for o in nd.output if o])
+        ev = ReferenceEvaluator(helper.make_model(g, opset_imports=[helper.make_opsetid(nd.domain or "", opset)]))
+        return [np.asarray(v) for v in ev.run(None, {x: np.asarray(const_vals[x]) for x in names})]
+    except Exception as e:
+        raise Unsupported(f"onnx's reference evaluator: {type(e).__name__}: {str(e).splitlines()[0][:160]}") from None
+
+
 def plan_graph(model) -> GraphPlan:
     """Plan ``model`` (weights filled): shapes inferred, constants folded, nodes mapped to kernels, Relu fused
     into the Conv or biased Gemm before it where that is its only user. ``Unsupported``/``ExecError`` with the
@@ -321,10 +383,11 @@ def plan_graph(model) -> GraphPlan:
     from onnx import helper, numpy_helper
 
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as e:
         raise ExecError(f"onnx shape inference failed: {str(e).splitlines()[0][:200]}") from None
     g = inferred.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
     info = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         tt = vi.type.tensor_type
@@ -358,7 +421,14 @@ def plan_graph(model) -> GraphPlan:
             gp.folded += 1
             continue
         ins = [x for x in nd.input]
-        # everything constant: folded now, on the host (numpy references)
+        if nd.op_type == "Shape" and ins and ins[0] in info:  # (static shapes: a constant)
+            a = _attrs(nd)
+            dims = info[ins[0]][0]
+            const_vals[nd.output[0]] = np.array(dims[a.get("start", 0):a.get("end", len(dims))], dtype=np.int64)
+            gp.folded += 1
+            continue
+        # everything constant: folded now, on the host (numpy references; onnx's reference evaluator for the
+        # shape arithmetic the kernels have no plan for: Mod, Slice, ConstantOfShape, ...)
         if ins and all((not x) or x in const_vals for x in ins):
             xs = [const_vals[x] for x in ins if x]
             shapes = [info[o][0] if o in info else None for o in nd.output]
@@ -370,8 +440,11 @@ def plan_graph(model) -> GraphPlan:
                     y = a.get("alpha", 1.0) * (A @ B) + (a.get("beta", 1.0) * xs[2] if len(xs) > 2 else 0)
                     outs = [np.asarray(y, dtype=xs[0].dtype)]
                 else:
-                    pl = node_plan(nd, [np.shape(x) for x in xs], shapes, xs)
-                    outs = C.reference(pl, xs, shapes)
+                    try:
+                        pl = node_plan(nd, [np.shape(x) for x in xs], shapes, xs)
+                        outs = C.reference(pl, xs, shapes)
+                    except Exception:  # (no plan, or shapes inference left unknown: the evaluator folds it)
+                        outs = _evaluate(nd, ins, const_vals, opset)
             except Unsupported as e:
                 raise Unsupported(f"{where(nd)} on constants: {e}") from None
             for o, v in zip(nd.output, outs):

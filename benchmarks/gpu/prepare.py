@@ -107,6 +107,97 @@ def optimize(model, where: str, target: str):
                                  "applied": rep.get("applied", {}), "estimated_costs": rep.get("estimated_costs", 0)}
 
 
+def round_trip(model, where: str):
+    """``model`` imported into the taso dialect and exported again, no pass run: the shape arithmetic of an
+    exporter (Shape, Gather, Concat, ... on static shapes) folded as the import folds it, every other op kept.
+    The torch set's originals are these: the executor plans static graphs, and the optimized graphs went
+    through the same import."""
+    from taso_mlir.dialect.context import make_context
+    from taso_mlir.dialect.onnx_export import export_onnx
+    from taso_mlir.dialect.onnx_import import import_onnx
+
+    return export_onnx(import_onnx(model, make_context(), where=where))
+
+
+def fold_shape_arithmetic(model, most: int = 1024):
+    """``model`` with its shape arithmetic folded into initializers: each Shape of a value of static shape, and
+    each node whose inputs are all constant and whose outputs have at most ``most`` elements (Slice, Cast,
+    ConstantOfShape, ... of shapes), computed by onnx's reference evaluator; weights and every op on a
+    run-time value stay. What a runtime folds before it runs a model (the executor folds the same on the host)."""
+    import onnx
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    m = onnx.shape_inference.infer_shapes(model)
+    g = m.graph
+    opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 17)
+    static = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        d = vi.type.tensor_type.shape.dim
+        if vi.type.tensor_type.HasField("shape") and all(x.HasField("dim_value") for x in d):
+            static[vi.name] = [x.dim_value for x in d]
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    outputs = {o.name for o in g.output}
+    keep, new_inits = [], []
+    for nd in g.node:
+        vals = None
+        if nd.op_type == "Shape" and nd.input[0] in static:
+            a = {x.name: helper.get_attribute_value(x) for x in nd.attribute}
+            dims = static[nd.input[0]]
+            vals = [np.array(dims[a.get("start", 0):a.get("end", len(dims))], dtype=np.int64)]
+        elif all((not x) or x in consts for x in nd.input) and not any(o in outputs for o in nd.output):
+            names = [x for x in nd.input if x]
+            fg = helper.make_graph([nd], "fold", [helper.make_tensor_value_info(
+                x, helper.np_dtype_to_tensor_dtype(consts[x].dtype), consts[x].shape) for x in names],
+                [helper.make_tensor_value_info(o, 0, None) for o in nd.output if o])
+            try:
+                got = ReferenceEvaluator(helper.make_model(fg, opset_imports=[helper.make_opsetid("", opset)])).run(
+                    None, {x: consts[x] for x in names})
+                vals = [np.asarray(v) for v in got] if all(np.size(v) <= most for v in got) else None
+            except Exception:
+                vals = None  # (left as it is: the executor plans or folds it)
+        if vals is None:
+            keep.append(nd)
+            continue
+        for o, v in zip(nd.output, vals):
+            consts[o] = v
+            new_inits.append(numpy_helper.from_array(v, o))
+    used = {x for nd in keep for x in nd.input} | outputs
+    del g.node[:]
+    g.node.extend(keep)
+    g.initializer.extend(t for t in new_inits if t.name in used)
+    inits = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(inits)
+    del g.value_info[:]
+    return m
+
+
+def torch_models() -> list:
+    """The torch set: ``benchmarks/torch_models.py``'s models that are not big, as (name, build, title, config);
+    ``build`` exports the model with PyTorch (random weights, a fixed seed) and folds its shape arithmetic
+    (``round_trip``, then ``fold_shape_arithmetic`` for what the import keeps). Raises ``RuntimeError`` with the reason where torch is not installed."""
+    import importlib.util
+    import tempfile
+
+    import onnx
+
+    sys.path.insert(0, os.path.dirname(HERE))
+    import torch_models as TM
+
+    if importlib.util.find_spec("torch") is None:
+        raise RuntimeError("the torch set needs PyTorch to export its models (pip install torch)")
+
+    def builder(name):
+        def build():
+            with tempfile.TemporaryDirectory() as d:
+                return fold_shape_arithmetic(round_trip(onnx.load(TM.export(name, os.path.join(d, f"{name}.onnx"))),
+                                                        name))
+        return build
+    return [(i.name, builder(i.name), i.name, f"{i.kind}, exported by torch.onnx (opset {TM.OPSET})")
+            for i in TM.MODELS.values() if not i.big]
+
+
 class _NoCost:
     """A cost model that prices nothing (``predicted`` builds the graph once and prices its kernels after)."""
 
@@ -443,7 +534,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="prepare the GPU speedup run: optimized suite models, weights "
                                              "stripped, predicted costs, a manifest")
     ap.add_argument("--out", default=DEFAULT_DIR, help="the folder (default: benchmarks/gpu/models)")
-    ap.add_argument("--sets", default="full,quick", help="full, quick or both (default)")
+    ap.add_argument("--sets", default="full,quick", help="full, quick or both (default); torch: the torch-exported "
+                                                         "models (needs PyTorch)")
     ap.add_argument("--models", default="", help="comma-separated suite models (default: all)")
     ap.add_argument("--targets", default="", help="the searches' targets (default: analytic:t4, analytic:h100, then "
                                                   "cuda:<gpu> for every shipped table)")
@@ -453,20 +545,30 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.reprice:
         return reprice(a.out, [s for s in a.sets.split(",") if s], [n for n in a.models.split(",") if n])
-    from taso_mlir.benchmarks.suite import model_names, suite
+    from taso_mlir.benchmarks.suite import suite
     from taso_mlir.dialect.errors import TasoError, one_line
 
-    names = [n for n in a.models.split(",") if n] or model_names()
-    bad = [n for n in names if n not in model_names()]
-    if bad:
-        print(f"prepare: error: unknown model(s) {', '.join(bad)} (models: {', '.join(model_names())})",
-              file=sys.stderr)
-        return 2
+    names = [n for n in a.models.split(",") if n]
     targets = [t for t in a.targets.split(",") if t] or default_targets()
     cost_models = list(dict.fromkeys(["analytic:h100", "analytic:t4"] + [t for t in targets if t.startswith("cuda:")]))
     sets = [s for s in a.sets.split(",") if s]
-    if not set(sets) <= {"full", "quick"}:
-        print("prepare: error: --sets takes full, quick or both", file=sys.stderr)
+    if not set(sets) <= {"full", "quick", "torch"}:
+        print("prepare: error: --sets takes full, quick, torch or a comma-separated list of them", file=sys.stderr)
+        return 2
+    sources = {}
+    for s in sets:
+        if s == "torch":
+            try:
+                sources[s] = torch_models()
+            except RuntimeError as e:
+                print(f"prepare: error: {e}", file=sys.stderr)
+                return 2
+        else:
+            sources[s] = [(m.name, m.build, m.title, m.config) for m in suite(s == "quick")]
+    known = list(dict.fromkeys(n for src in sources.values() for n, *_ in src))
+    bad = [n for n in names if n not in known]
+    if bad:
+        print(f"prepare: error: unknown model(s) {', '.join(bad)} (models: {', '.join(known)})", file=sys.stderr)
         return 2
 
     def progress(msg):
@@ -483,17 +585,17 @@ def main(argv=None) -> int:
             with open(man_path, encoding="utf-8") as f:
                 old = {m["name"]: m for m in json.load(f).get("models", [])}
         models = []
-        for m in suite(s == "quick"):
-            if m.name not in names:
-                if m.name in old:
-                    models.append(old[m.name])
+        for name, build, title, config in sources[s]:
+            if a.models and name not in names:
+                if name in old:
+                    models.append(old[name])
                 continue
             try:
-                e = prepare_model(m.name, m.build, d, targets, cost_models, progress)
+                e = prepare_model(name, build, d, targets, cost_models, progress)
             except TasoError as ex:
-                progress(f"{m.name}: error: {one_line(ex, 200)}")
-                e = {"name": m.name, "error": one_line(ex, 300)}
-            e.update(title=m.title, config=m.config)
+                progress(f"{name}: error: {one_line(ex, 200)}")
+                e = {"name": name, "error": one_line(ex, 300)}
+            e.update(title=title, config=config)
             models.append(e)
         man = {"format": MANIFEST_FORMAT, "set": s, "commit": _git_commit(),
                "date": E.C._now_iso(),

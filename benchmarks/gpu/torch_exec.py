@@ -30,13 +30,14 @@ OPS = {
     "Identity": "identity", "Dropout": "identity",
     "MaxPool": "maxpool", "AveragePool": "avgpool", "GlobalAveragePool": "gavgpool",
     "Softmax": "softmax", "LayerNormalization": "layernorm", "Constant": "constant",
+    "Clip": "clip", "Equal": "equal", "Where": "where", "Expand": "expand", "ReduceMean": "reducemean",
 }
 
 
 #: ONNX op type -> the input read on the host (a shape, split sizes, axes; Gather's index where it is a scalar):
 #: where it is a constant the runner keeps it as a CPU tensor, so that a run never reads the device (``.tolist()``
 #: of a CUDA tensor is a device-to-host copy and a sync: slow eagerly, and an error inside a CUDA graph capture)
-HOST_INPUTS = {"Reshape": 1, "Split": 1, "Squeeze": 1, "Unsqueeze": 1, "Gather": 1}
+HOST_INPUTS = {"Reshape": 1, "Split": 1, "Squeeze": 1, "Unsqueeze": 1, "Gather": 1, "Expand": 1, "ReduceMean": 1}
 
 
 def host_input(op_type: str, ins: list, const_shapes: dict):
@@ -251,6 +252,31 @@ class _Ops:
     def layernorm(self, a, x, sc=None, bi=None):
         ax = int(a.get("axis", -1)) % x.dim()
         return (self.F.layer_norm(x, tuple(x.shape[ax:]), sc, bi, float(a.get("epsilon", 1e-5))),)
+
+    def clip(self, a, x, lo=None, hi=None):
+        lo = a.get("min") if lo is None else lo
+        hi = a.get("max") if hi is None else hi
+        return (self.t.clamp(x, lo, hi),)
+
+    def equal(self, a, x, y):
+        return (self.t.eq(x, y),)
+
+    def where(self, a, c, x, y):
+        return (self.t.where(c, x, y),)
+
+    def expand(self, a, x, shape):
+        s = [int(v) for v in shape.tolist()]
+        # ONNX Expand broadcasts both ways (a 1 in the shape keeps the input's size)
+        nd = max(len(s), x.dim())
+        s = [1] * (nd - len(s)) + s
+        xs = [1] * (nd - x.dim()) + list(x.shape)
+        return (x.reshape(xs).expand([max(i, j) for i, j in zip(s, xs)]).contiguous(),)
+
+    def reducemean(self, a, x, axes=None):
+        ax = [int(v) for v in (axes.tolist() if axes is not None else a.get("axes", range(x.dim())))]
+        if not ax and a.get("noop_with_empty_axes", 0):
+            return (x,)
+        return (self.t.mean(x, [v % x.dim() for v in ax], keepdim=bool(a.get("keepdims", 1))),)
 
 
 class TorchRunner:

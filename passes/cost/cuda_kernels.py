@@ -257,6 +257,16 @@ def reference(pl: Plan, xs: list, out_shapes: list) -> list:
         return [xs[0].mean(axis=(2, 3), keepdims=True)]
     if pl.op == "copy":
         return [xs[0].reshape(-1)[:_numel(out_shapes[0])].reshape(out_shapes[0])]
+    if pl.op == "clip":
+        return [np.clip(xs[0], -np.inf if p["lo"] is None else p["lo"], np.inf if p["hi"] is None else p["hi"])]
+    if pl.op == "equal":
+        return [np.equal(xs[0], xs[1])]
+    if pl.op == "where":
+        return [np.where(xs[0], xs[1], xs[2])]
+    if pl.op == "expand":
+        return [np.broadcast_to(xs[0], out_shapes[0]).copy()]
+    if pl.op == "reduce_mean":
+        return [xs[0].mean(axis=p["axes"], keepdims=p["keepdims"]).reshape(out_shapes[0])]
     raise Unsupported(f"no reference for {pl.op}")
 
 
@@ -991,6 +1001,22 @@ class CudaDevice:
             keep[ax % len(keep)] = S[ii].numel()
             yv = y.view(keep)
             return (lambda: torch.index_select(S[i0], ax, S[ii].reshape(-1), out=yv)), "torch index_select", True
+        # the generic ops of the torch-exported models, through torch's own kernels
+        if pl.op == "clip":
+            lo, hi = p["lo"], p["hi"]
+            return (lambda: torch.clamp(S[i0], lo, hi, out=y)), "torch clamp", True
+        if pl.op == "equal":
+            i1 = ins[1]
+            return (lambda: torch.eq(S[i0], S[i1], out=y)), "torch eq", True
+        if pl.op == "where":
+            i1, i2 = ins[1], ins[2]
+            return (lambda: torch.where(S[i0], S[i1], S[i2], out=y)), "torch where", True
+        if pl.op == "expand":
+            return (lambda: y.copy_(S[i0].expand(yshape))), "torch expand + copy", True
+        if pl.op == "reduce_mean":
+            axes, keep = list(p["axes"]), p["keepdims"]
+            yv = y.view(tuple(1 if i in p["axes"] else d for i, d in enumerate(S[i0].shape))) if not keep else y
+            return (lambda: torch.mean(S[i0], axes, keepdim=True, out=yv)), "torch mean", True
         raise Unsupported(f"no CUDA kernel for {pl.op}")
 
     def _ok(self, what: str, key=()) -> bool:

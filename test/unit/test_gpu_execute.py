@@ -101,18 +101,78 @@ def test_every_op_in_the_prepared_models_is_planned_and_read_by_both_executors()
     import onnx
 
     ops = set()
-    for s in ("full", "quick"):
+    for s in ("full", "quick", "torch"):
         for p in files(s):
             ops |= {n.op_type for n in onnx.load(str(p), load_external_data=False).graph.node}
     assert {"Conv", "MatMul", "Gemm", "Concat", "Split", "Softmax", "LayerNormalization", "GlobalAveragePool",
-            "Erf", "Gather", "BatchNormalization"} <= ops
+            "Erf", "Gather", "BatchNormalization", "Clip", "Equal", "Where", "Expand", "ReduceMean"} <= ops
     assert ops <= set(E.PLANNED_OPS), ops - set(E.PLANNED_OPS)
     assert ops <= set(TE.OPS), ops - set(TE.OPS)
     assert set(TE.OPS) >= set(E.PLANNED_OPS)  # the second opinion reads whatever the primary plans
     # every quick file (the full ones' structure at tiny widths; their weights would take 2 GB to draw here)
-    for p in files("quick"):
+    for p in files("quick") + files("torch"):  # (the torch set's weights are small enough to draw)
         gp = E.plan_graph(E.load_model(str(p)))
         assert gp.steps and set(gp.summary()["onnx_ops"]) <= set(E.PLANNED_OPS)
+
+
+def _generic_ops_model():
+    """Clip (bounds as inputs, and as a missing min), Equal, Where, Expand, ReduceMean, and shape arithmetic on
+    constants (Shape, Mod, ConstantOfShape) that the planner folds on the host."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = [numpy_helper.from_array(np.array(v, dtype=d), n) for n, v, d in (
+        ("lo", 0.0, np.float32), ("hi", 0.5, np.float32), ("pad", 3, np.int64), ("three", 3, np.int64),
+        ("zero", 0.0, np.float32))]
+    nodes = [
+        helper.make_node("Clip", ["x", "lo", "hi"], ["c1"]),
+        helper.make_node("Clip", ["x", "", "hi"], ["c2"]),
+        helper.make_node("Equal", ["ids", "pad"], ["eq"]),
+        helper.make_node("Where", ["eq", "zero", "c1"], ["w"]),
+        helper.make_node("Shape", ["x"], ["shp"]),
+        helper.make_node("Mod", ["shp", "three"], ["md"]),  # [2, 1]
+        helper.make_node("ConstantOfShape", ["md"], ["ones"], value=numpy_helper.from_array(
+            np.array([1.0], dtype=np.float32))),
+        helper.make_node("ReduceMean", ["x"], ["rm"], axes=[1], keepdims=1),
+        helper.make_node("Expand", ["rm", "shp"], ["ex"]),
+        helper.make_node("Add", ["ex", "c2"], ["s0"]),
+        helper.make_node("Add", ["s0", "ones"], ["s"]),
+        helper.make_node("Add", ["s", "w"], ["t"]),
+        helper.make_node("ReduceMean", ["t"], ["y"], axes=[1], keepdims=0),
+    ]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+                                       helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], c)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_the_torch_exported_models_generic_ops_are_planned_and_match_onnxruntime():
+    """The ops the torch-exported models add (ReLU6 as Clip; an attention mask's Equal, Where and Expand; a
+    ReduceMean), each planned and run by the dry runner (numpy, as the GPU run's check) and by the torch
+    interpreter on the CPU where torch is installed, against onnxruntime; the shape arithmetic on constants is
+    folded on the host (by onnx's reference evaluator where no kernel plan has it)."""
+    m = _generic_ops_model()
+    gp = E.plan_graph(m)
+    plans = gp.summary()["kernels_by_plan"]
+    assert {"clip": 2, "equal": 1, "where": 1, "expand": 1, "reduce_mean": 2}.items() <= plans.items(), plans
+    assert gp.folded >= 3  # Shape, Mod, ConstantOfShape
+    clips = [st.plan.p for st in gp.steps if st.plan.op == "clip"]
+    assert clips == [{"lo": 0.0, "hi": 0.5}, {"lo": None, "hi": 0.5}]
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((2, 4)).astype(np.float32), "ids": np.array([[3, 1, 3, 0], [2, 3, 5, 3]])}
+    want = E.ort_outputs(m, feeds)["y"]
+    r = E.DryRunner(gp, feeds)
+    r.run()
+    assert np.allclose(r.outputs()["y"], want, rtol=1e-6, atol=1e-6)
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip(NO_TORCH)
+    import prepare as P
+
+    folded = P.fold_shape_arithmetic(m)  # (the torch set's files are folded so: the interpreter runs no Shape)
+    assert not {"Shape", "Mod", "ConstantOfShape"} & {n.op_type for n in folded.graph.node}
+    assert np.allclose(E.ort_outputs(folded, feeds)["y"], want, rtol=1e-6, atol=1e-6)
+    t = TE.TorchRunner(folded, feeds, graph=False, device="cpu")
+    t.run()
+    assert np.allclose(t.outputs()["y"], want, rtol=1e-6, atol=1e-6)
 
 
 def test_torch_interpreter_reads_shapes_and_axes_on_the_host():

@@ -36,7 +36,7 @@ def test_targets_are_the_analytic_ones_then_every_shipped_table():
     assert P.variant_name("cuda:h200") == "opt-cuda-h200"
 
 
-@pytest.mark.parametrize("s", ["full", "quick"])
+@pytest.mark.parametrize("s", ["full", "quick", "torch"])
 def test_every_model_has_a_graph_optimized_for_each_cost_model(s):
     """original, analytic:t4, analytic:h100 (the hand-set profile), cuda:h100 and cuda:h200 per model, each file
     priced under all four cost models; a variant whose file another variant wrote says which and how; no two
