@@ -359,8 +359,9 @@ def _const_value(node) -> np.ndarray:
     raise Unsupported(f"Constant with {a.name}")
 
 
-def _evaluate(nd, ins: list, const_vals: dict, opset: int) -> list:
-    """One node on constant inputs, by onnx's reference evaluator (``Unsupported`` where it cannot)."""
+def evaluate_node(nd, ins: list, const_vals: dict, opset: int) -> list:
+    """One node on constant inputs (``const_vals``: name -> value), by onnx's reference evaluator at ``opset``
+    (``Unsupported`` where it cannot)."""
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
@@ -444,7 +445,7 @@ def plan_graph(model) -> GraphPlan:
                         pl = node_plan(nd, [np.shape(x) for x in xs], shapes, xs)
                         outs = C.reference(pl, xs, shapes)
                     except Exception:  # (no plan, or shapes inference left unknown: the evaluator folds it)
-                        outs = _evaluate(nd, ins, const_vals, opset)
+                        outs = evaluate_node(nd, ins, const_vals, opset)
             except Unsupported as e:
                 raise Unsupported(f"{where(nd)} on constants: {e}") from None
             for o, v in zip(nd.output, outs):

@@ -126,7 +126,6 @@ def fold_shape_arithmetic(model, most: int = 1024):
     run-time value stay. What a runtime folds before it runs a model (the executor folds the same on the host)."""
     import onnx
     from onnx import helper, numpy_helper
-    from onnx.reference import ReferenceEvaluator
 
     m = onnx.shape_inference.infer_shapes(model)
     g = m.graph
@@ -146,15 +145,10 @@ def fold_shape_arithmetic(model, most: int = 1024):
             dims = static[nd.input[0]]
             vals = [np.array(dims[a.get("start", 0):a.get("end", len(dims))], dtype=np.int64)]
         elif all((not x) or x in consts for x in nd.input) and not any(o in outputs for o in nd.output):
-            names = [x for x in nd.input if x]
-            fg = helper.make_graph([nd], "fold", [helper.make_tensor_value_info(
-                x, helper.np_dtype_to_tensor_dtype(consts[x].dtype), consts[x].shape) for x in names],
-                [helper.make_tensor_value_info(o, 0, None) for o in nd.output if o])
             try:
-                got = ReferenceEvaluator(helper.make_model(fg, opset_imports=[helper.make_opsetid("", opset)])).run(
-                    None, {x: consts[x] for x in names})
-                vals = [np.asarray(v) for v in got] if all(np.size(v) <= most for v in got) else None
-            except Exception:
+                got = E.evaluate_node(nd, list(nd.input), consts, opset)
+                vals = got if all(np.size(v) <= most for v in got) else None
+            except E.Unsupported:
                 vals = None  # (left as it is: the executor plans or folds it)
         if vals is None:
             keep.append(nd)
