@@ -5,8 +5,10 @@ predictions come from the prepared set's manifest as it is now (``reprice``: the
 files priced as ``prepare.py`` prices them today, e.g. after ``prepare.py --reprice``; ``--as-recorded``: the
 predictions the run was given).
 
-    python benchmarks/gpu/report.py benchmarks/results/gpu/speedup.json            # -> benchmarks/RESULTS-gpu.md
+    python benchmarks/gpu/report.py benchmarks/results/gpu/speedup-h100.json ...   # -> benchmarks/RESULTS-gpu.md
     python benchmarks/gpu/report.py out/speedup.json --md out/R.md --chart out/speedup-gpu.png
+
+Several runs make one page: each a section, then ``across_runs``, the files two runs on one GPU share.
 """
 
 from __future__ import annotations
