@@ -320,7 +320,7 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint-s", type=float, default=5.0, help="write the table at least this often")
     ap.add_argument("--cap-s", type=float, default=2.0, help="seconds one signature's runs may take (fewer repeats)")
     ap.add_argument("--hang-s", type=float, default=60.0, help="the watchdog's limit for one signature")
-    ap.add_argument("--in-graph", type=int, default=16, metavar="N",
+    ap.add_argument("--in-graph", type=int, default=0, metavar="N",
                     help="also time each op inside a CUDA graph of up to N copies of it (graph_ms; 0: not)")
     ap.add_argument("--cold", type=int, default=0, metavar="N",
                     help="also time each op N times with the L2 cache flushed before each run (cold_ms; 0: not)")
