@@ -359,6 +359,17 @@ def _const_value(node) -> np.ndarray:
     raise Unsupported(f"Constant with {a.name}")
 
 
+def default_opset(model) -> int:
+    """The model's opset of the default ONNX domain (17 where it names none)."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
+
+
+def shape_value(nd, dims) -> np.ndarray:
+    """A Shape node's value over an input of static shape ``dims`` (its ``start`` and ``end`` applied)."""
+    a = _attrs(nd)
+    return np.array(list(dims)[a.get("start", 0):a.get("end", len(dims))], dtype=np.int64)
+
+
 def evaluate_node(nd, ins: list, const_vals: dict, opset: int) -> list:
     """One node on constant inputs (``const_vals``: name -> value), by onnx's reference evaluator at ``opset``
     (``Unsupported`` where it cannot)."""
@@ -388,7 +399,7 @@ def plan_graph(model) -> GraphPlan:
     except Exception as e:
         raise ExecError(f"onnx shape inference failed: {str(e).splitlines()[0][:200]}") from None
     g = inferred.graph
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
+    opset = default_opset(model)
     info = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         tt = vi.type.tensor_type
@@ -423,9 +434,7 @@ def plan_graph(model) -> GraphPlan:
             continue
         ins = [x for x in nd.input]
         if nd.op_type == "Shape" and ins and ins[0] in info:  # (static shapes: a constant)
-            a = _attrs(nd)
-            dims = info[ins[0]][0]
-            const_vals[nd.output[0]] = np.array(dims[a.get("start", 0):a.get("end", len(dims))], dtype=np.int64)
+            const_vals[nd.output[0]] = shape_value(nd, info[ins[0]][0])
             gp.folded += 1
             continue
         # everything constant: folded now, on the host (numpy references; onnx's reference evaluator for the
@@ -609,8 +618,7 @@ class CudaRunner:
                 except Unsupported as e:
                     raise Unsupported(f"node '{st.nodes[0]}' ({st.op_type}): {e}") from None
                 except Exception as e:
-                    raise ExecError(f"node '{st.nodes[0]}' ({st.op_type}): {type(e).__name__}: "
-                                    f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
+                    raise ExecError(f"node '{st.nodes[0]}' ({st.op_type}): {C.K.error_line(e, 200)}") from None
                 shapes = [tuple(S[o].shape) for o in st.outs]
                 if shapes != [tuple(s) for s in st.out_shapes]:
                     raise ExecError(f"node '{st.nodes[0]}' ({st.op_type}): {what} gives {shapes}, "
@@ -644,7 +652,7 @@ class CudaRunner:
             self.dev.stream.synchronize()
             self.graph, self.mode = g, "cuda graph"
         except Exception as e:
-            self.capture_error = f"{type(e).__name__}: {str(e).splitlines()[0][:240] if str(e) else ''}"
+            self.capture_error = C.K.error_line(e, 240)
             self.graph, self.mode = None, "eager"
             try:
                 torch.cuda.synchronize()

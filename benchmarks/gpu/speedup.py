@@ -103,7 +103,7 @@ def target_of(variant: str) -> str:
 
 def _error(e: BaseException) -> str:
     """An exception in one line: its type and the first line of its message (at most 300 characters)."""
-    return f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+    return C.K.error_line(e, 300)
 
 
 def variant_arg(name: str) -> str:

@@ -356,12 +356,7 @@ class DryBackend:
 
     def time_cold(self, prep: Prepared, repeats: int) -> list:
         """The rehearsal of ``CudaDevice.time_cold`` (numpy has no L2 to flush: the loop, not the number)."""
-        times = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            prep.run()
-            times.append(1e3 * (time.perf_counter() - t))
-        return times
+        return self.time_in_graph(prep, 1, repeats)
 
     def time_in_graph(self, prep: Prepared, copies: int, replays: int) -> list:
         """The rehearsal of ``CudaDevice.time_in_graph``: ``copies`` runs back to back per replay, wall clock,
@@ -1218,6 +1213,11 @@ def short_name(gpu: str) -> str:
 # one signature
 
 
+def error_line(e: BaseException, limit: int = 300) -> str:
+    """An exception in one line: its type and the first line of its message (at most ``limit`` characters)."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:limit] if str(e) else ''}"
+
+
 def graph_copies(ms: float, most: int) -> int:
     """How many runs of an op one in-graph timing captures: about 0.5 ms of work, 2 at least, ``most`` at most."""
     return max(2, min(most, int(0.5 / max(ms, 1e-4))))
@@ -1247,13 +1247,13 @@ def measure(backend, rec: dict, pl: Plan, warmup: int = 8, repeats: int = 32, ca
                     gt = backend.time_in_graph(prep, n, graph_replays)
                     entry.update(graph_ms=float(np.median(gt)), graph_copies=n, graph_replays=len(gt))
                 except Exception as e:  # (the op's own timing stands; the reason is kept)
-                    entry["graph_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                    entry["graph_error"] = error_line(e, 200)
             if cold:
                 try:
                     ct = backend.time_cold(prep, cold)
                     entry.update(cold_ms=float(np.median(ct)), cold_repeats=len(ct))
                 except Exception as e:
-                    entry["cold_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                    entry["cold_error"] = error_line(e, 200)
         if pl.approx:
             entry["approx"] = True
         if inspect is not None:
