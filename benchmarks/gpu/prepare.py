@@ -125,11 +125,11 @@ def fold_shape_arithmetic(model, most: int = 1024):
     ConstantOfShape, ... of shapes), computed by onnx's reference evaluator; weights and every op on a
     run-time value stay. What a runtime folds before it runs a model (the executor folds the same on the host)."""
     import onnx
-    from onnx import helper, numpy_helper
+    from onnx import numpy_helper
 
     m = onnx.shape_inference.infer_shapes(model)
     g = m.graph
-    opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 17)
+    opset = E.default_opset(m)
     static = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         d = vi.type.tensor_type.shape.dim
@@ -141,9 +141,7 @@ def fold_shape_arithmetic(model, most: int = 1024):
     for nd in g.node:
         vals = None
         if nd.op_type == "Shape" and nd.input[0] in static:
-            a = {x.name: helper.get_attribute_value(x) for x in nd.attribute}
-            dims = static[nd.input[0]]
-            vals = [np.array(dims[a.get("start", 0):a.get("end", len(dims))], dtype=np.int64)]
+            vals = [E.shape_value(nd, static[nd.input[0]])]
         elif all((not x) or x in consts for x in nd.input) and not any(o in outputs for o in nd.output):
             try:
                 got = E.evaluate_node(nd, list(nd.input), consts, opset)
@@ -159,8 +157,7 @@ def fold_shape_arithmetic(model, most: int = 1024):
     used = {x for nd in keep for x in nd.input} | outputs
     del g.node[:]
     g.node.extend(keep)
-    g.initializer.extend(t for t in new_inits if t.name in used)
-    inits = [t for t in g.initializer if t.name in used]
+    inits = [t for t in list(g.initializer) + new_inits if t.name in used]
     del g.initializer[:]
     g.initializer.extend(inits)
     del g.value_info[:]
