@@ -74,8 +74,8 @@ def chart(res: dict, path: str) -> None:
     names = [m["name"] for m in res["models"]]
     ser = series(res)
     tg = targets()
-    tvals = [(tg.get(m.get("title") or "") or (None, None))[0] for m in res["models"]]
-    pvals = [(tg.get(m.get("title") or "") or (None, None))[1] for m in res["models"]]
+    bars = [tg.get(m.get("title") or "") or (None, None) for m in res["models"]]
+    tvals, pvals = [t for t, _ in bars], [p for _, p in bars]
     nbars = len(ser) + 1
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(names) + 4.5), 4.5))
     x = np.arange(len(names))
@@ -179,12 +179,11 @@ def across_runs(runs: list) -> str:
         if len(rs) < 2:
             continue
         rows = []
-        names = [m["name"] for m in rs[0][1]["models"]]
-        for name in names:
+        exs = [ex for ex in rs[0][1]["method"]["executors"] if all(ex in r["method"]["executors"] for _, r in rs)]
+        for name in (m["name"] for m in rs[0][1]["models"]):
             ms = [next((m for m in res["models"] if m["name"] == name), None) for _, res in rs]
             if any(m is None for m in ms):
                 continue
-            exs = [ex for ex in rs[0][1]["method"]["executors"] if all(ex in r["method"]["executors"] for _, r in rs)]
             for ex in exs:
                 cells: dict = {}  # file -> per run "ratio" or "latency"
                 for i, m in enumerate(ms):
@@ -355,13 +354,13 @@ def main(argv=None) -> int:
         runs.append(res)
         pages.append(text)
         print(f"report: {path}" + (f" -> {png}" if rel else ""))
+    more = across_runs(runs)
     if len(runs) > 1:  # (the first page's title, then what the page holds)
         head, _, rest = pages[0].partition("\n")
         pages[0] = (head + "\n\n" + f"{len(runs)} runs, each a section: " + "; ".join(
             _run_name(k, r) + (" (this section)" if k == 1 else "") for k, r in enumerate(runs, 1))
-            + (". Then the files two runs on one GPU share." if across_runs(runs) else ".") + "\n" + rest)
+            + (". Then the files two runs on one GPU share." if more else ".") + "\n" + rest)
     text = "\n".join(pages)
-    more = across_runs(runs)
     if more:
         text += "\n" + more
     tmp = a.md + ".tmp"
