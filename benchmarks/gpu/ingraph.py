@@ -20,6 +20,8 @@ import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import speedup as SP  # noqa: E402  (the table and results formats)
 BUCKETS = [(0, 0.005), (0.005, 0.01), (0.01, 0.02), (0.02, 0.05), (0.05, 0.1), (0.1, 1.0), (1.0, 1e9)]
 
 
@@ -86,6 +88,9 @@ def main(argv=None) -> int:
             table = json.load(f)
         with open(a.results, encoding="utf-8") as f:
             res = json.load(f)
+        for path, d, fmt in ((a.table, table, SP.C.TABLE_FORMAT), (a.results, res, SP.RESULTS_FORMAT)):
+            if not isinstance(d, dict) or d.get("format") != fmt:
+                raise ValueError(f"{path} is not a {fmt!r} file")
         with open(a.manifest or os.path.join(HERE, "models", (res.get("manifest") or {}).get("set", "full"),
                                              "manifest.json"), encoding="utf-8") as f:
             man = json.load(f)

@@ -791,15 +791,22 @@ def test_taso_bench_device_cuda_prepares_then_says_in_one_line_that_no_gpu_can_r
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "--device cuda" in r.stderr, r.stderr
 
 
-def test_the_in_graph_comparison_is_the_report_of_the_committed_in_graph_run():
+def test_the_in_graph_comparison_is_the_report_of_the_committed_in_graph_run(tmp_path):
     """benchmarks/results/gpu/ingraph.md is what ingraph.py makes of the committed in-graph calibration and its
-    whole-model run; the per-kernel overhead it finds is the alone-minus-graph difference of the small ops."""
+    whole-model run; the per-kernel overhead it finds is the alone-minus-graph difference of the small ops; a file
+    that is missing or not of its kind is a one-line error."""
     r = subprocess.run([sys.executable, str(GPU / "ingraph.py"), str(RES / "h100-graph.json"),
                         str(RES / "speedup-ingraph.json")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout == (RES / "ingraph.md").read_text()
     assert "Per-kernel overhead of timing alone (the median over the ops under 0.01 ms): 2.72 us." in r.stdout
     assert "L2 flushed less the overhead / measured |" in r.stdout
+    for args in ((tmp_path / "none.json", RES / "speedup-ingraph.json"), (RES / "speedup-ingraph.json",
+                 RES / "speedup-ingraph.json"), (RES / "h100-graph.json", RES / "h100-graph.json")):
+        r = subprocess.run([sys.executable, str(GPU / "ingraph.py"), *map(str, args)], capture_output=True,
+                           text=True, timeout=60)  # (a missing file, a results file as the table, the reverse)
+        assert r.returncode == 2 and r.stderr.startswith("ingraph: error: ") and "Traceback" not in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
     t = json.loads((RES / "h100-graph.json").read_text())
     assert t["method"]["in_graph"]["copies_at_most"] == 16 and t["method"]["cold"]["runs"] == 16
     assert all(e["graph_ms"] > 0 and e["cold_ms"] > 0 for e in t["entries"].values() if e["ms"] > 0)
