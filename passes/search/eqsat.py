@@ -634,6 +634,18 @@ def _concrete(kind: str, attr: str, v) -> bool:
     return isinstance(v, str) and a is not None and a.kind == "str" and v in (a.choices or ())
 
 
+_DISTINCT: dict = {}  # id(a rewrites list) -> (the list, its rewrites of distinct forms): once a process
+
+
+def distinct_rewrites(rewrites: list) -> list:
+    """``RB.distinct(rewrites)``: a rewrite of the same form as an earlier one (only its variables named
+    apart) would find the same matches and add nothing, so a round tries one of them."""
+    hit = _DISTINCT.get(id(rewrites))
+    if hit is None or hit[0] is not rewrites or len(hit[0]) != hit[2]:
+        hit = _DISTINCT[id(rewrites)] = (rewrites, RB.distinct(rewrites), len(rewrites))
+    return hit[1]
+
+
 def saturate(eg: EGraph, rewrites: list, limits: Limits, log=None) -> Stats:
     """Saturate ``eg`` with ``rewrites`` within ``limits`` (``Saturation``: one call)."""
     return Saturation(eg, rewrites, log).run(limits)
@@ -646,9 +658,10 @@ class Saturation:
     the rounds ``run`` to N + M makes at once. The e-graph may be read in between (extraction: only its
     ``blocked`` e-nodes change, which saturation does not read)."""
 
-    def __init__(self, eg: EGraph, rewrites: list, log=None):
+    def __init__(self, eg: EGraph, rewrites: list, log=None, distinct: bool = True):
         self.eg = eg
-        self.rewrites = rewrites
+        #: (``distinct``: one rewrite of each form; False: all of them, the same e-graph more slowly)
+        self.rewrites = distinct_rewrites(rewrites) if distinct else rewrites
         self.log = log
         self.seen: set = set()  # matches tried (applied, or refused by the site check), canonical
         self.depth = max((len(rw.src.ops) for rw in rewrites), default=1)
@@ -908,13 +921,11 @@ def _apply(eg: EGraph, view: EView, rw: RB.Rewrite, ops: list, b: dict, st: Stat
            tuple(sigs[op] for op in ops))
     memo = _LOCAL.get(key)
     if memo is None:
-        why = RB.check_local(rw, view, ops, b)
+        why, shapes, dst_shapes = RB.local_site(rw, view, ops, b)
         dst = None
         if why is None:
-            shapes = dict(RB.site_env(rw, view, ops))
-            for v, c in b.items():
-                shapes[v] = tuple(eg.shape[eg.find(c)])
-            dst = [(T.attrs_tuple(full), [tuple(s) for s in outs]) for full, outs in RB.dst_op_attrs(rw, shapes)]
+            dst = [(T.attrs_tuple(full), [tuple(s) for s in outs])
+                   for full, outs in RB.dst_op_attrs(rw, shapes, dst_shapes)]
         memo = _LOCAL[key] = (why, dst)
     why, dst = memo
     if why is not None:

@@ -163,6 +163,9 @@ def _run(st: FuncState) -> None:
     restarts = int(st.opts.get("eqsat-restarts", 8))
     step = min(lim.iterations, int(st.opts.get("eqsat-step", 2)))
     ilp_time = float(st.opts.get("eqsat-ilp-time", 30.0))
+    # (the rewrites of distinct forms: made once a process with the rules, as their loading, before the
+    # search's clock starts)
+    E.distinct_rewrites(st.rws)
     t0 = time.monotonic()
     s = Search(st.f, st)
     rep = s.extract(s.saturate(dataclasses.replace(lim, iterations=step)), ilp_time)

@@ -254,22 +254,29 @@ def site_env(rw: Rewrite, view: View, ops: list) -> dict:
 
 def check_local(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
     """The preconditions that depend only on the site's shapes, types and attributes (1-4, 6)."""
+    return local_site(rw, view, ops, b)[0]
+
+
+def local_site(rw: Rewrite, view: View, ops: list, b: dict) -> tuple[Optional[str], Optional[dict], Optional[dict]]:
+    """``check_local``'s answer, and where it is None (the rewrite applies), the variables' shapes (with
+    the symbolic attributes' values) and the shapes of every value of the target, which
+    ``dst_op_attrs`` reads (so the target is typed once)."""
     shapes: dict = site_env(rw, view, ops)
     if shapes and shapes[G.STRIDE_VAR] not in SYMBOLIC_STRIDES:
-        return f"stride {list(shapes[G.STRIDE_VAR])}: the rule's symbolic stride is proved for strides 1 and 2"
+        return f"stride {list(shapes[G.STRIDE_VAR])}: the rule's symbolic stride is proved for strides 1 and 2", None, None
     for v, val in b.items():
         s = view.shape(val)
         if s is None:
-            return f"{v} has no static shape"
+            return f"{v} has no static shape", None, None
         if not rw.rank_free and len(s) != rw.gen_ranks[v]:
-            return f"{v} has rank {len(s)}, the rule's axes are for rank {rw.gen_ranks[v]}"
+            return f"{v} has rank {len(s)}, the rule's axes are for rank {rw.gen_ranks[v]}", None, None
         if view.dtype(val) not in FLOAT_TYPES:
-            return f"{v} is {view.dtype(val)}, rules are proved over real numbers"
+            return f"{v} is {view.dtype(val)}, rules are proved over real numbers", None, None
         shapes[v] = tuple(s)
     try:
         src_shapes = G.infer(rw.src, shapes)
     except specs.SpecError as e:
-        return f"source does not type-check: {e}"
+        return f"source does not type-check: {e}", None, None
     for k, rop in enumerate(rw.src.ops):
         a, hint = G.spec_attrs(rop, src_shapes)
         want = specs.spec(rop.name).complete_attrs(a)
@@ -277,12 +284,13 @@ def check_local(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
         have = view.attrs(ops[k])
         if want != have:
             diff = sorted(n for n in set(want) | set(have) if want.get(n) != have.get(n))
-            return f"{rop.name} attribute {diff[0]} differs"
+            return f"{rop.name} attribute {diff[0]} differs", None, None
         for j in range(rop.num_results):
             r = G.op_ref(k, j, rop.num_results)
             if tuple(view.shape(view.result(ops[k], j)) or ()) != src_shapes[r]:
-                return f"{rop.name} result shape differs"
-    return check_target(rw, shapes, src_shapes)
+                return f"{rop.name} result shape differs", None, None
+    why, dst_shapes = _check_target(rw, shapes, src_shapes)
+    return why, (shapes if why is None else None), dst_shapes
 
 
 def check_uses(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
@@ -306,25 +314,31 @@ def check_uses(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
 
 
 def check_target(rw: Rewrite, shapes: dict, src_shapes: dict) -> Optional[str]:
+    return _check_target(rw, shapes, src_shapes)[0]
+
+
+def _check_target(rw: Rewrite, shapes: dict, src_shapes: dict) -> tuple[Optional[str], Optional[dict]]:
     try:
         dst_shapes = G.infer(rw.dst, shapes)
     except specs.SpecError as e:
-        return f"target does not type-check: {e}"
+        return f"target does not type-check: {e}", None
     for rs, rd in zip(rw.src.outputs, rw.dst.outputs):
         if dst_shapes[rd] != src_shapes[rs]:
-            return "target output shape differs"
+            return "target output shape differs", None
     # the proofs' domain: every tensor of both sides has dimensions >= 1 (no empty split piece)
     for side in (src_shapes, dst_shapes):
         for ref, s in side.items():
             if ref != G.STRIDE_VAR and min(s, default=1) < 1:
-                return f"{ref} has an empty dimension: rules are proved for dimensions >= 1"
-    return None
+                return f"{ref} has an empty dimension: rules are proved for dimensions >= 1", None
+    return None, dst_shapes
 
 
-def dst_op_attrs(rw: Rewrite, shapes: dict) -> list[tuple[dict, list[tuple]]]:
+def dst_op_attrs(rw: Rewrite, shapes: dict, all_shapes: Optional[dict] = None) -> list[tuple[dict, list[tuple]]]:
     """Per target op: its complete concrete attributes and its result shapes, at the site's
-    variable shapes (``shapes``: variable -> shape)."""
-    all_shapes = G.infer(rw.dst, shapes)
+    variable shapes (``shapes``: variable -> shape; ``all_shapes``: the target's values' shapes
+    there, where ``local_site`` gave them)."""
+    if all_shapes is None:
+        all_shapes = G.infer(rw.dst, shapes)
     out = []
     for k, op in enumerate(rw.dst.ops):
         a, _hint = G.spec_attrs(op, all_shapes)
@@ -332,6 +346,51 @@ def dst_op_attrs(rw: Rewrite, shapes: dict) -> list[tuple[dict, list[tuple]]]:
         full = {n: tuple(x) if isinstance(x, (list, tuple)) else x for n, x in full.items()}
         outs = [all_shapes[G.op_ref(k, j, op.num_results)] for j in range(op.num_results)]
         out.append((full, outs))
+    return out
+
+
+def shape_form(rw: Rewrite) -> tuple:
+    """The rewrite with its input variables named by their first use (source ops' operands in order,
+    then attributes, then the target's): two rewrites of one form match the same sites, pass or fail
+    the same site check there and add the same ops. The rules files hold such pairs where the generator
+    named a variable by its shape class (``c1``, ``c3``: a 1x1 and a 3x3 kernel) and the rule does not
+    depend on it (495 of the 3,040 rewrites). Attributes naming a variable's dimension (a split's
+    ``sizes``, a constant's ``shape``: ``('i1', 0)``) are renamed with it; ranks stay part of the form."""
+    names: dict = {}
+
+    def var(x):
+        if G.parse_ref(x) is not None:
+            return x
+        if x not in names:
+            names[x] = f"v{len(names)}"
+        return names[x]
+
+    def attr(v):
+        if isinstance(v, tuple):
+            if len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], int) and not isinstance(v[1], bool) \
+                    and v[0] in rw.gen_ranks:
+                return (var(v[0]), v[1])
+            return tuple(attr(x) for x in v)
+        return v
+
+    def ops(g):
+        return tuple((op.name, tuple(var(o) for o in op.operands), tuple((a, attr(v)) for a, v in sorted(op.attrs)),
+                      op.num_results) for op in g.ops)
+
+    src, dst = ops(rw.src), ops(rw.dst)
+    ranks = tuple(sorted((names.get(v, v), k) for v, k in rw.gen_ranks.items()))
+    return (src, tuple(map(var, rw.src.outputs)), dst, tuple(map(var, rw.dst.outputs)), ranks, rw.rank_free)
+
+
+def distinct(rewrites: list) -> list:
+    """``rewrites`` without those of a form an earlier one has (``shape_form``), in their order."""
+    seen: set = set()
+    out = []
+    for rw in rewrites:
+        form = shape_form(rw)
+        if form not in seen:
+            seen.add(form)
+            out.append(rw)
     return out
 
 
