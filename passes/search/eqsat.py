@@ -160,17 +160,53 @@ class EGraph:
     def filter_cycles(self) -> int:
         """Block, on each cycle of classes through the e-nodes not blocked, the newest e-node on it (TENSAT's
         cycle filtering), until there is none: every choice extraction can then make is acyclic.
-        Returns the number of e-nodes blocked."""
+        Returns the number of e-nodes blocked.
+
+        One depth-first walk: where it closes a cycle, the newest e-node on it is blocked, the walk goes
+        back to the class that e-node leads from (the classes above it on the path are unvisited again)
+        and on with that class's next edge. This blocks what a walk started over after each block (with
+        the classes found to reach no cycle kept) blocks: that walk retraces the same path to that class,
+        as every edge it took before leads to a class done or on the path."""
+        blocked, age = self.blocked, self.age
         n_blocked = 0
-        done: set = set()  # classes from which no cycle is reachable (blocking only removes edges: they stay so)
-        classes = self.classes()
-        edges: dict = {}  # class -> its e-nodes' edges, blocked ones included (filtered as they are read)
-        while True:
-            cycle = self._cycle(done, classes, edges)
-            if not cycle:
-                return n_blocked
-            self.blocked.add(max(cycle, key=lambda n: self.age.get(n, 0)))
-            n_blocked += 1
+        color: dict = {}  # class -> 1 on the path, 2 done (reaches no cycle: blocking only removes edges)
+        cache: dict = {}
+        for start in self.classes():
+            if start in color:
+                continue
+            color[start] = 1
+            stack = [[start, self._edges(start, cache), 0]]
+            via: list = []  # via[i]: the e-node that led from stack[i] to stack[i + 1]
+            while stack:
+                frame = stack[-1]
+                c, edges, i = frame
+                if i == len(edges):
+                    color[c] = 2
+                    stack.pop()
+                    if via:
+                        via.pop()
+                    continue
+                frame[2] = i + 1
+                n, k = edges[i]
+                if n in blocked:  # (blocked since this class's edges were listed)
+                    continue
+                if color.get(k) == 1:
+                    pos = next(p for p, f in enumerate(stack) if f[0] == k)
+                    cycle = via[pos:] + [n]
+                    b = max(cycle, key=lambda m: age.get(m, 0))
+                    blocked.add(b)
+                    n_blocked += 1
+                    q = pos + cycle.index(b)  # (the path's frame whose class b leads from)
+                    for f in stack[q + 1:]:
+                        del color[f[0]]
+                    del stack[q + 1:]
+                    del via[q:]
+                    continue
+                if k not in color:
+                    color[k] = 1
+                    via.append(n)
+                    stack.append([k, self._edges(k, cache), 0])
+        return n_blocked
 
     def _edges(self, c: int, cache: Optional[dict] = None) -> list:
         every = cache.get(c) if cache is not None else None

@@ -819,3 +819,47 @@ def test_the_relaxation_first_gives_the_integer_programs_optimum():
             assert first.status == direct.status and first.cost == pytest.approx(direct.cost, rel=1e-9), seed
             paths.add(first.info.get("relaxation", "integer program"))
     assert paths == {"integral", "integer program"}
+
+
+def _filter_by_restarts(eg) -> int:
+    """Cycle filtering as a walk started over after each block (``_cycle``), the reference."""
+    n = 0
+    while True:
+        cycle = eg._cycle()
+        if not cycle:
+            return n
+        eg.blocked.add(max(cycle, key=lambda m: eg.age.get(m, 0)))
+        n += 1
+
+
+def test_cycle_filtering_in_one_walk_blocks_what_a_walk_started_over_blocks():
+    """``filter_cycles`` goes on from where it blocked an e-node instead of starting over: the same
+    e-nodes blocked, on random e-graphs with cycles and on a saturated merge's e-graph."""
+    import copy
+
+    from taso_mlir.passes.search import taso_search
+
+    graphs = []
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        eg = E.EGraph()
+        values = [_leaf(eg, 0), _leaf(eg, 1)]
+        for i in range(int(rng.integers(8, 30))):
+            kids = tuple(values[int(j)] for j in rng.choice(len(values), size=int(rng.integers(1, 3))))
+            values.append(eg.add_op(f"op{i % 4}", (("i", i),), kids, [(1,)], "f32")[0])
+        for _ in range(int(rng.integers(2, 8))):
+            a, b = (values[int(j)] for j in rng.choice(range(2, len(values)), size=2, replace=False))
+            eg.union(a, b)
+        eg.rebuild()
+        graphs.append(eg)
+    for name in ("fire_merge", "merge_four_matmuls"):
+        eg, _ = E.from_graph(_graph(name))
+        E.Saturation(eg, taso_search.rewrites()).run(E.Limits(iterations=3))
+        graphs.append(eg)
+    cyclic = 0
+    for eg in graphs:
+        ref = copy.deepcopy(eg)
+        n = eg.filter_cycles()
+        assert n == _filter_by_restarts(ref) and eg.blocked == ref.blocked and not eg._cycle()
+        cyclic += n > 1
+    assert cyclic > 20
