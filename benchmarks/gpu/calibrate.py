@@ -112,7 +112,11 @@ class Calibration:
                                      "overlapped, as a model run as one CUDA graph runs them)"}
                                     if args.in_graph else None),
                        "cold": ({"runs": args.cold, "statistic": "cold_ms: the median of runs each after a 256 MB "
-                                 "buffer was written (the L2 flushed), between two events"} if args.cold else None)},
+                                 "buffer was written (the L2 flushed), between two events"} if args.cold else None),
+                       "cold_weights": ({"runs": args.cold_weights, "statistic": "coldw_ms: the median of runs each "
+                                         "after a 256 MB buffer was written (the L2 flushed) and the operands that "
+                                         "are not weights were read (a sum of each), between two events"}
+                                        if args.cold_weights else None)},
             "paths": backend.paths(),
             "signatures_file": {k: sig_header.get(k) for k in ("commit", "date", "suite", "models", "targets",
                                                                "strategies")} | {"count": len(recs)},
@@ -181,7 +185,7 @@ class Calibration:
             cap = max(0.05, min(a.cap_s, self.deadline - time.monotonic()))
             inspect = (lambda pl, prep, entry: entry.update(rel_err=self._check(rec, pl, prep))) if check else None
             entry = measure(self.backend, rec, pl, a.warmup, a.repeats, cap, inspect, in_graph=a.in_graph,
-                            cold=a.cold)
+                            cold=a.cold, cold_weights=a.cold_weights)
             self._put("entries", key, entry)
             return "measured"
         except Unsupported as e:
@@ -324,6 +328,9 @@ def main(argv=None) -> int:
                     help="also time each op inside a CUDA graph of up to N copies of it (graph_ms; 0: not)")
     ap.add_argument("--cold", type=int, default=0, metavar="N",
                     help="also time each op N times with the L2 cache flushed before each run (cold_ms; 0: not)")
+    ap.add_argument("--cold-weights", type=int, default=0, metavar="N",
+                    help="also time each op N times with the L2 flushed and then its operands that are not weights "
+                         "read back into it before each run: weights from DRAM, activations from L2 (coldw_ms; 0: not)")
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=32)
     ap.add_argument("--limit", type=int, default=0, help="measure at most this many signatures (0: all)")

@@ -8,13 +8,16 @@ Prints markdown: per size class of op, what timing an op alone adds over the sam
 and event overhead) and the ratio of the two; then per file, the whole model's measured latency against three
 sums over the kernels the executor runs (prepare.py's manifest ops): the ops timed alone, alone less the
 per-kernel overhead measured above, in a graph, and where the table has ``cold_ms`` (calibrate.py ``--cold``)
-with the L2 flushed before each run, with and without that overhead.
+with the L2 flushed before each run, with and without that overhead; where it has ``coldw_ms`` (``--cold-weights``)
+with the weights from DRAM and the activations in L2, with and without it, and by footprint: each file with its
+weights from DRAM where they outgrow the L2 (``--l2-mb``), else as timed alone, less the overhead either way.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -30,7 +33,21 @@ def _q(v: list) -> str:
     return f"{med:.2f} ({q1:.2f}-{q3:.2f})"
 
 
-def report(table: dict, res: dict, man: dict) -> str:
+def weight_bytes(ops: list) -> int:
+    """The bytes of the weights a file's kernels read (its manifest ops: signature key, kind, count, ...),
+    from each signature's operand shapes and weight flags."""
+    total = 0
+    for key, _kind, cnt, *_ in ops:
+        k = json.loads(key)
+        flags = k[5] if len(k) > 5 else [0] * len(k[2])
+        size = {"f16": 2, "bf16": 2}.get(k[4], 4)
+        for shape, w in zip(k[2], flags):
+            if w:
+                total += cnt * size * math.prod(shape)
+    return total
+
+
+def report(table: dict, res: dict, man: dict, l2_mb: float = 50.0) -> str:
     E = table["entries"]
     pairs = [(e["ms"], e["graph_ms"]) for e in E.values() if "graph_ms" in e and e["ms"] > 0]
     lines = [f"Table: {table.get('name')} ({(table.get('device') or {}).get('gpu')}, {table.get('date')}), "
@@ -47,16 +64,22 @@ def report(table: dict, res: dict, man: dict) -> str:
     delta = statistics.median(small) if small else 0.0
     files = {m["name"]: m.get("files") or {} for m in man.get("models", [])}
     cold = any("cold_ms" in e for e in E.values())
-    cols = ["alone", "less", "graph"] + (["cold", "cold_less"] if cold else [])
+    coldw = any("coldw_ms" in e for e in E.values())
+    cols = (["alone", "less", "graph"] + (["cold", "cold_less"] if cold else [])
+            + (["coldw", "coldw_less", "footprint"] if coldw else []))
     names = {"alone": "alone", "less": "alone less the overhead", "graph": "in graph", "cold": "L2 flushed",
-             "cold_less": "L2 flushed less the overhead"}
+             "cold_less": "L2 flushed less the overhead", "coldw": "weights from DRAM",
+             "coldw_less": "weights from DRAM less the overhead",
+             "footprint": f"by footprint (weights over {l2_mb:g} MB from DRAM) less the overhead"}
     lines += ["", f"Per-kernel overhead of timing alone (the median over the ops under 0.01 ms): {1e3 * delta:.2f} us.",
               "", "| file | kernels | measured ms | " + " | ".join(f"{names[c]} / measured" for c in cols) + " |",
               "|---|---|---|" + "---|" * len(cols)]
     # each column's cost of one op's entry (a view costs 0 in all: no kernel, nothing to subtract)
     per_op = {"alone": lambda e: e["ms"], "less": lambda e: max(0.0, e["ms"] - delta),
               "graph": lambda e: e.get("graph_ms", e["ms"]), "cold": lambda e: e.get("cold_ms", e["ms"]),
-              "cold_less": lambda e: max(0.0, e.get("cold_ms", e["ms"]) - delta)}
+              "cold_less": lambda e: max(0.0, e.get("cold_ms", e["ms"]) - delta),
+              "coldw": lambda e: e.get("coldw_ms", e["ms"]),
+              "coldw_less": lambda e: max(0.0, e.get("coldw_ms", e["ms"]) - delta)}
     within = dict.fromkeys(cols, 0)
     n, left = 0, []
     for m in res["models"]:
@@ -67,7 +90,9 @@ def report(table: dict, res: dict, man: dict) -> str:
                 left.append(f)
                 continue
             k = sum(c for _, _, c, _ in ops)
-            sums = {c: sum(cnt * per_op[c](E[key]) for key, _, cnt, _ in ops) for c in cols}
+            sums = {c: sum(cnt * per_op[c](E[key]) for key, _, cnt, _ in ops) for c in cols if c != "footprint"}
+            if "footprint" in cols:  # (a model whose weights outgrow the L2 reads them from DRAM each run)
+                sums["footprint"] = sums["coldw_less" if weight_bytes(ops) > l2_mb * 2 ** 20 else "less"]
             n += 1
             for c in cols:
                 within[c] += 0.9 <= sums[c] / meas <= 1.1
@@ -82,6 +107,8 @@ def main(argv=None) -> int:
     ap.add_argument("table", help="a calibration table with graph_ms (calibrate.py --in-graph)")
     ap.add_argument("results", help="speedup.py's results of the same run")
     ap.add_argument("--manifest", default="", help="default: models/<the run's set>/manifest.json")
+    ap.add_argument("--l2-mb", type=float, default=50.0,
+                    help="the GPU's L2 cache in MB, for the footprint column (50: an H100 SXM's)")
     a = ap.parse_args(argv)
     try:
         with open(a.table, encoding="utf-8") as f:
@@ -97,7 +124,7 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as e:
         print(f"ingraph: error: {e}", file=sys.stderr)
         return 2
-    print(report(table, res, man), end="")
+    print(report(table, res, man, a.l2_mb), end="")
     return 0
 
 

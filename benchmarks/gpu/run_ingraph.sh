@@ -9,7 +9,8 @@
 #   PYTHON=.venv/bin/python OUT=rehearsal SET=quick LIMIT=30 bash benchmarks/gpu/run_ingraph.sh --dry-run   # CPU
 #
 # Settings: CAL_S (170: the calibration's budget), SP_S (70: the speedups'), MODELS, SET (full), LIMIT (all
-# signatures), COLD (0; N: each op also timed N times with the L2 flushed before each run, cold_ms). $OUT gets six files: <gpu>-graph.json (the table), speedup-ingraph.json and .md, and the logs.
+# signatures), COLD (0; N: each op also timed N times with the L2 flushed before each run, cold_ms), COLDW (0; N: the same with the
+# op's activations read back into the L2 after the flush, its weights left in DRAM, coldw_ms). $OUT gets six files: <gpu>-graph.json (the table), speedup-ingraph.json and .md, and the logs.
 set -u
 . "$(dirname "$0")/common.sh"
 common_args "$@"
@@ -22,7 +23,7 @@ export PYTHONUNBUFFERED=1
 env_log "in-graph calibration ${DRY:-(on the GPU)}" > "$OUT/env-ingraph.log" 2>&1
 # shellcheck disable=SC2086
 timeout -k 5 $((CAL_S + 20)) "$PY" "$(dirname "$0")/calibrate.py" $DRY --out "$OUT/$NAME-graph.json" --name "$NAME" \
-  --budget-s "$CAL_S" --in-graph 16 --cold "${COLD:-0}" ${LIMIT:+--limit "$LIMIT"} > "$OUT/calibrate-ingraph.log" 2>&1
+  --budget-s "$CAL_S" --in-graph 16 --cold "${COLD:-0}" --cold-weights "${COLDW:-0}" ${LIMIT:+--limit "$LIMIT"} > "$OUT/calibrate-ingraph.log" 2>&1
 echo "== calibrate exit $?: $(tail -1 "$OUT/calibrate-ingraph.log")"
 # shellcheck disable=SC2086
 timeout -k 5 $((SP_S + 30)) "$PY" "$(dirname "$0")/speedup.py" $DRY --set "${SET:-full}" --models "$MODELS" \

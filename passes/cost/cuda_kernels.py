@@ -302,11 +302,19 @@ def rel_error(got, want) -> float:
 
 
 class Prepared:
-    """A signature ready to run: ``run()`` enqueues it once; ``outputs()`` its results as numpy arrays."""
+    """A signature ready to run: ``run()`` enqueues it once; ``outputs()`` its results as numpy arrays.
+    ``activations``: the operand buffers that are not weights (what a model computed just before the op)."""
 
-    def __init__(self, run, outputs, backend: str, inputs=None, release=None):
+    def __init__(self, run, outputs, backend: str, inputs=None, release=None, activations=()):
         self.run, self.outputs, self.backend, self.inputs = run, outputs, backend, inputs
         self.release = release or (lambda: None)
+        self.activations = list(activations)
+
+
+def activation_operands(rec: dict) -> list:
+    """The operand positions of a signature that are not weights (``rec["weights"]``: 1 for a weight)."""
+    w = rec.get("weights") or [0] * len(rec["in_shapes"])
+    return [i for i in range(len(rec["in_shapes"])) if not w[i]]
 
 
 class DryBackend:
@@ -338,7 +346,7 @@ class DryBackend:
         want = [tuple(s) for s in rec["out_shapes"]]
         if got != want:
             raise ValueError(f"the plan {pl.op} gives shapes {got}, the signature says {want}")
-        return Prepared(run, lambda: res["y"], f"numpy {pl.op}", xs)
+        return Prepared(run, lambda: res["y"], f"numpy {pl.op}", xs, activations=[xs[i] for i in activation_operands(rec)])
 
     def time(self, prep: Prepared, warmup: int, repeats: int, cap_s: float) -> tuple[list, int, int]:
         t = time.perf_counter()
@@ -354,9 +362,19 @@ class DryBackend:
             times.append(1e3 * (time.perf_counter() - t))
         return times, warmup, repeats
 
-    def time_cold(self, prep: Prepared, repeats: int) -> list:
-        """The rehearsal of ``CudaDevice.time_cold`` (numpy has no L2 to flush: the loop, not the number)."""
-        return self.time_in_graph(prep, 1, repeats)
+    def time_cold(self, prep: Prepared, repeats: int, warm_activations: bool = False) -> list:
+        """The rehearsal of ``CudaDevice.time_cold`` (numpy has no L2 to flush: the loop, not the number; with
+        ``warm_activations`` the activations are read before each run, as there)."""
+        if not warm_activations:
+            return self.time_in_graph(prep, 1, repeats)
+        times = []
+        for _ in range(repeats):
+            for a in prep.activations:
+                float(np.sum(a))
+            t = time.perf_counter()
+            prep.run()
+            times.append(1e3 * (time.perf_counter() - t))
+        return times
 
     def time_in_graph(self, prep: Prepared, copies: int, replays: int) -> list:
         """The rehearsal of ``CudaDevice.time_in_graph``: ``copies`` runs back to back per replay, wall clock,
@@ -1058,10 +1076,13 @@ class CudaDevice:
             spin_ms = min(50.0, 2.0 * host_ms + 0.5)
         return times, warmup, repeats
 
-    def time_cold(self, prep, repeats: int, flush_mb: int = 256) -> list:
+    def time_cold(self, prep, repeats: int, warm_activations: bool = False, flush_mb: int = 256) -> list:
         """Per-run device times (ms) of ``prep.run()`` with the L2 cache flushed before each run (a ``flush_mb``
         buffer written between the runs, outside the events around each): the op with its weights and inputs in
-        DRAM, where ``time`` reruns it on the same buffers, resident in L2."""
+        DRAM, where ``time`` reruns it on the same buffers, resident in L2. ``warm_activations``: after the
+        flush, the operands that are not weights (``prep.activations``) are read (a sum of each, outside the
+        events), so they are in L2 and the weights are not: an op in a model whose weights outgrow the L2 reads
+        what the op before it wrote, still in L2, and its weights from DRAM."""
         torch = self.torch
         if getattr(self, "_flush_buf", None) is None:
             self._flush_buf = torch.empty(flush_mb * 262144, dtype=torch.float32, device=self.dev)
@@ -1071,6 +1092,9 @@ class CudaDevice:
             self._spin(min(50.0, 1.0 + 0.3 * repeats))
             for _ in range(repeats):
                 self._flush_buf.fill_(0.0)
+                if warm_activations:
+                    for t in prep.activations:
+                        t.sum()
                 a = self._record_events(1)
                 prep.run()
                 pairs.append((a[0], self._record_events(1)[0]))
@@ -1142,7 +1166,8 @@ class CudaBackend(CudaDevice):
         shapes = [tuple(S[o].shape) for o in outs]
         if shapes != [tuple(s) for s in rec["out_shapes"]]:
             raise ValueError(f"{backend} gives shapes {shapes}, the signature says {rec['out_shapes']}")
-        return Prepared(stream_run, outputs, backend, xs_np, release=S.clear)
+        return Prepared(stream_run, outputs, backend, xs_np, release=S.clear,
+                        activations=[S[i] for i in activation_operands(rec)])
 
 
 def _act_(t, act):
@@ -1224,13 +1249,15 @@ def graph_copies(ms: float, most: int) -> int:
 
 
 def measure(backend, rec: dict, pl: Plan, warmup: int = 8, repeats: int = 32, cap_s: float = 2.0,
-            inspect=None, in_graph: int = 0, graph_replays: int = 8, cold: int = 0) -> dict:
+            inspect=None, in_graph: int = 0, graph_replays: int = 8, cold: int = 0, cold_weights: int = 0) -> dict:
     """Prepare and time one signature's plan on ``backend``: its entry ``{"ms" (the median), "q1_ms", "q3_ms",
     "min_ms", "repeats", "warmup", "backend" (what ran), ["approx"]}``; a view costs 0 and runs nothing.
     ``inspect(pl, prepared, entry)``, where given, runs before the buffers are released (the calibration's
     check against numpy). ``in_graph`` (copies at most; 0: not): the op also timed inside a CUDA graph of copies
     of it (``time_in_graph``), its median per run as ``graph_ms`` (``graph_error`` where capture failed).
-    ``cold`` (runs; 0: not): the op also timed with the L2 flushed before each run (``time_cold``), ``cold_ms``. Raises ``Unsupported`` where the backend has no kernel for the plan, and whatever
+    ``cold`` (runs; 0: not): the op also timed with the L2 flushed before each run (``time_cold``), ``cold_ms``.
+    ``cold_weights`` (runs; 0: not): the same with the activations read back into L2 after each flush, the
+    weights left in DRAM, ``coldw_ms``. Raises ``Unsupported`` where the backend has no kernel for the plan, and whatever
     the kernels raise."""
     prep = backend.prepare(rec, pl)
     try:
@@ -1254,6 +1281,12 @@ def measure(backend, rec: dict, pl: Plan, warmup: int = 8, repeats: int = 32, ca
                     entry.update(cold_ms=float(np.median(ct)), cold_repeats=len(ct))
                 except Exception as e:
                     entry["cold_error"] = error_line(e, 200)
+            if cold_weights:
+                try:
+                    ct = backend.time_cold(prep, cold_weights, warm_activations=True)
+                    entry.update(coldw_ms=float(np.median(ct)), coldw_repeats=len(ct))
+                except Exception as e:
+                    entry["coldw_error"] = error_line(e, 200)
         if pl.approx:
             entry["approx"] = True
         if inspect is not None:

@@ -816,14 +816,60 @@ def test_in_graph_timing_is_rehearsed_on_the_dry_backend(tmp_path):
     """calibrate.py --in-graph and --cold on the dry backend: each entry but views gets graph_ms and its copies
     (2-16, about 0.5 ms of work) and cold_ms, and the table's method says how it was timed."""
     out = tmp_path / "t.json"
-    assert CAL.main(["--dry-run", "--limit", "6", "--in-graph", "4", "--cold", "3", "--out", str(out)]) == 0
+    assert CAL.main(["--dry-run", "--limit", "6", "--in-graph", "4", "--cold", "3", "--cold-weights", "2",
+                     "--out", str(out)]) == 0
     t = json.loads(out.read_text())
     es = [e for e in t["entries"].values() if e["ms"] > 0]
     assert es and all(e["graph_ms"] > 0 and 2 <= e["graph_copies"] <= 4 and e["graph_replays"] == 8 for e in es)
-    assert all(e["cold_ms"] > 0 and e["cold_repeats"] == 3 for e in es)
+    assert all(e["cold_ms"] > 0 and e["cold_repeats"] == 3 and e["coldw_ms"] > 0 and e["coldw_repeats"] == 2 for e in es)
     assert t["method"]["in_graph"]["copies_at_most"] == 4 and t["method"]["cold"]["runs"] == 3
+    assert t["method"]["cold_weights"]["runs"] == 2
     assert CAL.main(["--dry-run", "--limit", "2", "--in-graph", "0", "--out", str(out)]) == 0
     t = json.loads(out.read_text())  # (neither asked: neither timed nor named)
-    assert t["method"]["in_graph"] is None and t["method"]["cold"] is None
-    assert not any("graph_ms" in e or "cold_ms" in e for e in t["entries"].values())
+    assert t["method"]["in_graph"] is None and t["method"]["cold"] is None and t["method"]["cold_weights"] is None
+    assert not any("graph_ms" in e or "cold_ms" in e or "coldw_ms" in e for e in t["entries"].values())
     assert CAL.K.graph_copies(1e-3, 16) == 16 and CAL.K.graph_copies(0.1, 16) == 5 and CAL.K.graph_copies(5, 16) == 2
+
+
+def test_the_activations_of_a_signature_are_its_operands_that_are_not_weights():
+    """What ``time_cold(warm_activations=True)`` reads back into the L2: the operands whose weight flag is 0
+    (a convolution's input, not its kernel or bias); a signature without flags has only activations."""
+    rec = {"in_shapes": [[1, 3, 8, 8], [4, 3, 3, 3], [4]], "weights": [0, 1, 1]}
+    assert CAL.K.activation_operands(rec) == [0]
+    assert CAL.K.activation_operands({"in_shapes": [[2, 2], [2, 2]]}) == [0, 1]
+
+
+def test_ingraph_prices_a_file_by_its_weights_footprint(tmp_path):
+    """ingraph.py with a table that has ``coldw_ms`` (calibrate.py --cold-weights): the columns of weights from
+    DRAM, with and without the overhead, and by footprint, which takes the first for a file whose weights
+    outgrow the L2 (--l2-mb) and the ops timed alone less the overhead for the others (SqueezeNet's 4.7 MB)."""
+    sys.path.insert(0, str(GPU))
+    import ingraph as IG
+
+    t = json.loads((RES / "h100-graph.json").read_text())
+    for e in t["entries"].values():
+        if e["ms"] > 0:
+            e["coldw_ms"] = 2 * e["ms"]
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps(t))
+    r = subprocess.run([sys.executable, str(GPU / "ingraph.py"), str(table), str(RES / "speedup-ingraph.json"),
+                        "--l2-mb", "50"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    head = next(ln for ln in r.stdout.splitlines() if ln.startswith("| file |"))
+    cols = [c.strip() for c in head.strip("|").split("|")]
+    at = {c: i for i, c in enumerate(cols)}
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.strip("|").split("|")]
+            for ln in r.stdout.splitlines() if ln.startswith("| ") and ".onnx" in ln}
+    fp = "by footprint (weights over 50 MB from DRAM) less the overhead / measured"
+    man = json.loads((GPU / "models" / "full" / "manifest.json").read_text())
+    ops = {f: d["predicted"]["ops"] for m in man["models"] for f, d in (m.get("files") or {}).items()
+           if (d.get("predicted") or {}).get("ops")}
+    assert IG.weight_bytes(ops["squeezenet.original.onnx"]) < 50 * 2 ** 20 < IG.weight_bytes(ops["resnet50.original.onnx"])
+    big = small = 0
+    for f, row in rows.items():
+        over = IG.weight_bytes(ops[f]) > 50 * 2 ** 20
+        want = "weights from DRAM less the overhead / measured" if over else "alone less the overhead / measured"
+        assert row[at[fp]] == row[at[want]], f
+        big, small = big + over, small + (not over)
+        assert float(row[at["weights from DRAM / measured"]]) == pytest.approx(2 * float(row[at["alone / measured"]]), abs=0.011)
+    assert big and small
