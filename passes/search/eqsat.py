@@ -360,8 +360,11 @@ class Index:
         self.by_kind: dict = defaultdict(dict)  # kind -> op keys (dicts as ordered sets: deterministic)
         self.of_class: dict = defaultdict(list)  # (class, kind, result index) -> op keys
         self.users: dict = defaultdict(dict)  # (operand class, kind) -> op keys
+        self.eg = eg
+        self._roots: dict = {}  # (id of a candidates dict, a matcher's root filter) -> the candidates it keeps
         find = eg.find
         kinds: dict = defaultdict(set)  # class -> the kinds of its e-nodes
+        self.kinds = kinds
         for n, c in eg.memo.items():
             kinds[find(c)].add(n[0])
         #: (kind of an e-node, kind of an e-node in one of its operand classes): a rewrite whose source
@@ -381,6 +384,34 @@ class Index:
                 self.by_kind[kind][op] = None
                 for k in op[2]:
                     self.users[(k, kind)][op] = None
+
+    def roots(self, first: dict, key: tuple) -> dict:
+        """The candidates of ``first`` (kind -> op keys) a matcher's first root can bind (``Matcher.root_key``:
+        its kind, result and operand counts, concrete attributes, and per operand the kind of the source op
+        that computes it, or None for a variable): those of that kind, counts and attributes whose operand
+        classes hold an e-node of each such kind (in either order for a commutative op), in ``first``'s order.
+        What the join would refuse at its first op or at the first step below it, so it finds the same matches
+        in the same order; rewrites of one root key share the list (one round, one snapshot)."""
+        hit = self._roots.get((id(first), key))
+        if hit is not None:
+            return hit
+        kind, nres_want, n_kids, need, req, comm = key
+        nres, find, kinds = self.eg.nres.get, self.eg.find, self.kinds
+        need = dict(need)
+        want = [(p, q) for p, q in enumerate(req) if q is not None]
+        keep = []
+        for o in first.get(kind, ()):
+            kids = o[2]
+            if len(kids) != n_kids or nres(o, 1) != nres_want:
+                continue
+            if need and not all(need.get(a, v) == v for a, v in o[1]):
+                continue
+            if want and not all(q in kinds.get(find(kids[p]), ()) for p, q in want):
+                if not (comm and len(kids) == 2 and all(q in kinds.get(find(kids[1 - p]), ()) for p, q in want)):
+                    continue
+            keep.append(o)
+        hit = self._roots[(id(first), key)] = {kind: keep}
+        return hit
 
 
 class Matcher:
@@ -415,6 +446,18 @@ class Matcher:
         self._need = need
         self.agree: dict = {}  # (source op, attributes) -> whether they agree (``need``)
         self._compiled = None
+        self._root_key = None
+
+    @property
+    def root_key(self) -> tuple:
+        """What the first root's candidates must have (``Index.roots``)."""
+        if self._root_key is None:
+            src = self.rw.src
+            k, rop = self.roots[0], src.ops[self.roots[0]]
+            self._root_key = (rop.name, rop.num_results, len(rop.operands), tuple(sorted(self.need[k].items())),
+                              tuple(None if pr is None else src.ops[pr[0]].name for pr in self.refs[k]),
+                              rop.name in RB.COMMUTATIVE)
+        return self._root_key
 
     def matches(self, eg: EGraph, idx: Index, cap: int, near: Optional[dict] = None,
                 deadline: float = math.inf, first: Optional[dict] = None, second=None):
@@ -425,7 +468,7 @@ class Matcher:
         that matches). Runs the join compiled for this rewrite (``_compile``); ``matches_generic`` is the
         same join interpreted, the reference it is tested against."""
         if first is None:
-            first = near if (near is not None and len(self.roots) == 1) else idx.by_kind
+            first = idx.roots(near if (near is not None and len(self.roots) == 1) else idx.by_kind, self.root_key)
         if self._compiled is None:
             self._compiled = self._compile()
         return self._compiled(eg.find, eg.nres.get, idx.of_class.get, idx.users.get, idx.by_kind, first,
