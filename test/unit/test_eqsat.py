@@ -684,6 +684,13 @@ def test_the_strategies_table(tmp_path):
     assert b["peak_mb"] > 0 and e["peak_mb"] > 0
     text = strategies.format_row("nasrnn", b, e)
     assert text.startswith("| nasrnn |") and f"{e['eqsat']['enodes']} ({e['eqsat']['stop']}; " in text
+    assert text.count("|") == strategies.HEADER.splitlines()[0].count("|")
+    q = e["eqsat"]  # (the time as TENSAT counts it: saturation, cycle filter and solver, each within the whole)
+    assert 0 < q["tensat_counted_s"] <= e["search_s"] + 0.01 and f"| {q['tensat_counted_s']:.2f} |" in text
+    for r in q["round_costs"]:
+        assert 0 <= r["solver_s"] <= r["solve_s"] + 1e-3 and r["filter_s"] >= 0
+    assert q["tensat_counted_s"] == pytest.approx(sum(r["saturation_s"] + r["filter_s"] + r["solver_s"]
+                                                      for r in q["round_costs"]), abs=0.005)
 
 
 _BROADCAST_ADD = """
