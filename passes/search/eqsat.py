@@ -160,13 +160,20 @@ class EGraph:
     def filter_cycles(self) -> int:
         """Block, on each cycle of classes through the e-nodes not blocked, the newest e-node on it (TENSAT's
         cycle filtering), until there is none: every choice extraction can then make is acyclic.
-        Returns the number of e-nodes blocked.
+        Returns the number of e-nodes blocked (``_walk``)."""
+        return self._walk(block=True)[0]
 
-        One depth-first walk: where it closes a cycle, the newest e-node on it is blocked, the walk goes
-        back to the class that e-node leads from (the classes above it on the path are unvisited again)
-        and on with that class's next edge. This blocks what a walk started over after each block (with
-        the classes found to reach no cycle kept) blocks: that walk retraces the same path to that class,
-        as every edge it took before leads to a class done or on the path."""
+    def _cycle(self) -> list:
+        """The e-nodes of one cycle (each leads from its class to the next one's), or []; nothing blocked."""
+        return self._walk(block=False)[1]
+
+    def _walk(self, block: bool) -> tuple[int, list]:
+        """One depth-first walk over the classes through the e-nodes not blocked. Where it closes a cycle,
+        without ``block`` it returns it; with ``block`` the newest e-node on it is blocked, the walk goes back
+        to the class that e-node leads from (the classes above it on the path are unvisited again) and on
+        with that class's next edge. That blocks what a walk started over after each block (with the classes
+        found to reach no cycle kept) blocks: such a walk retraces the same path to that class, as every edge
+        it took before leads to a class done or on the path. Returns (e-nodes blocked, the cycle found)."""
         blocked, age = self.blocked, self.age
         n_blocked = 0
         color: dict = {}  # class -> 1 on the path, 2 done (reaches no cycle: blocking only removes edges)
@@ -193,6 +200,8 @@ class EGraph:
                 if color.get(k) == 1:
                     pos = next(p for p, f in enumerate(stack) if f[0] == k)
                     cycle = via[pos:] + [n]
+                    if not block:
+                        return 0, cycle
                     b = max(cycle, key=lambda m: age.get(m, 0))
                     blocked.add(b)
                     n_blocked += 1
@@ -206,48 +215,13 @@ class EGraph:
                     color[k] = 1
                     via.append(n)
                     stack.append([k, self._edges(k, cache), 0])
-        return n_blocked
+        return n_blocked, []
 
-    def _edges(self, c: int, cache: Optional[dict] = None) -> list:
-        every = cache.get(c) if cache is not None else None
+    def _edges(self, c: int, cache: dict) -> list:
+        every = cache.get(c)
         if every is None:
-            every = [(n, self.find(k)) for n in sorted(self.members[c], key=repr) for k in n[2]]
-            if cache is not None:
-                cache[c] = every
+            every = cache[c] = [(n, self.find(k)) for n in sorted(self.members[c], key=repr) for k in n[2]]
         return [(n, k) for n, k in every if n not in self.blocked]
-
-    def _cycle(self, done: Optional[set] = None, classes: Optional[list] = None, cache: Optional[dict] = None) -> list:
-        """The e-nodes of one cycle (each leads from its class to the next one's), or []. ``done``: classes
-        known to reach no cycle, skipped, and added to as more are found; ``classes`` and ``cache`` (of
-        ``_edges``): as the e-graph is, while only ``blocked`` changes."""
-        color: dict = dict.fromkeys(done, 2) if done is not None else {}  # class -> 1 on the stack, 2 done
-        for start in classes if classes is not None else self.classes():
-            if start in color:
-                continue
-            color[start] = 1
-            stack = [[start, self._edges(start, cache), 0]]
-            via: list = []  # via[i]: the e-node that led from stack[i] to stack[i + 1]
-            while stack:
-                frame = stack[-1]
-                c, edges, i = frame
-                if i == len(edges):
-                    color[c] = 2
-                    if done is not None:
-                        done.add(c)
-                    stack.pop()
-                    if via:
-                        via.pop()
-                    continue
-                frame[2] = i + 1
-                n, k = edges[i]
-                if color.get(k) == 1:
-                    pos = next(p for p, f in enumerate(stack) if f[0] == k)
-                    return via[pos:] + [n]
-                if k not in color:
-                    color[k] = 1
-                    via.append(n)
-                    stack.append([k, self._edges(k, cache), 0])
-        return []
 
     def num_nodes(self) -> int:
         return len(self.memo)
