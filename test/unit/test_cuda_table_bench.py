@@ -111,15 +111,17 @@ def test_bench_with_a_rehearsal_table(capsys, tmp_path, dry):
     # own count of estimates is the table's
     assert sg["measured"] > 0 and sg["estimated"] > 0 and sg["estimated"] == c["estimated_costs"]
     assert sg["measured"] <= table["entries"]
-    # the cost as imported is the original model priced by the table, as written; the cost before (the
-    # search's baseline) the prepared one, no dearer
+    # the cost as imported is the original model priced by the table, as written; the cost before is the search's
+    # baseline, the prepared function, and the search never leaves it dearer. (Prepared against imported is not
+    # compared: the prepare passes fuse unconditionally, and a measured table can price a fused op above its
+    # parts; this rehearsal table's times are the CPU's wall clock, whose noise once did, 0.1745 against 0.1719.)
     from taso_mlir.benchmarks.suite import build
     from taso_mlir.dialect.context import make_context
     from taso_mlir.dialect.onnx_import import import_onnx
 
     module = import_onnx(build("nasrnn", quick=True), make_context(), where="nasrnn")
     assert c["imported"] == pytest.approx(R.graph_cost(module, get_cost_model("cuda:h100")), rel=1e-9)
-    assert c["imported"] >= c["before"] >= c["after"] > 0
+    assert c["imported"] > 0 and c["before"] >= c["after"] > 0
     # beside it: the same model searched with the hand-set H100 roofline, each result priced by the other model
     b = c["beside"]
     assert b["model"] == "analytic:h100:datasheet" and "hand-set" in b["costs"]
