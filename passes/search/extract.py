@@ -456,15 +456,19 @@ def ilp(eg: EGraph, costs: Costs, roots: list, time_limit: float = 10.0,
         h.run()
         solver_s += time.monotonic() - t
 
+    def chosen(x):
+        """The graph of a solution's e-nodes (``walk``: its choice and order, or None and a cycle)."""
+        picked = {c: sorted((n for n in eg.members[c] if n in xi and x[xi[n]] > 0.5), key=lambda n: costs.cost(n[:3]))
+                  for c in classes}
+        return walk(eg, roots, lambda c: picked.get(eg.find(c), []))
+
     if lp_first:
         run()
     if lp_first and h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
         x = np.asarray(h.getSolution().col_value)
         if np.all(np.minimum(np.abs(x), np.abs(1.0 - x)) <= 1e-9):
             x = np.round(x)
-            picked = {c: sorted((n for n in eg.members[c] if n in xi and x[xi[n]] > 0.5),
-                                key=lambda n: costs.cost(n[:3])) for c in classes}
-            choice, order = walk(eg, roots, lambda c: picked.get(eg.find(c), []))
+            choice, order = chosen(x)
             if choice is not None:
                 objective = float(np.dot(cost, x))
                 return Extraction(choice, order, total(costs, choice, order, roots), "ilp", objective, "Optimal",
@@ -482,9 +486,7 @@ def ilp(eg: EGraph, costs: Costs, roots: list, time_limit: float = 10.0,
         if info.primal_solution_status != 2:  # no feasible solution
             return None
         x = np.asarray(h.getSolution().col_value)
-        picked = {c: sorted((n for n in eg.members[c] if n in xi and x[xi[n]] > 0.5), key=lambda n: costs.cost(n[:3]))
-                  for c in classes}
-        choice, order = walk(eg, roots, lambda c: picked.get(eg.find(c), []))
+        choice, order = chosen(x)
         if choice is not None:
             # (an optimal status means the bound is the objective)
             objective = float(np.dot(cost, x))
