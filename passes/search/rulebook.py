@@ -313,10 +313,6 @@ def check_uses(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
     return None
 
 
-def check_target(rw: Rewrite, shapes: dict, src_shapes: dict) -> Optional[str]:
-    return _check_target(rw, shapes, src_shapes)[0]
-
-
 def _check_target(rw: Rewrite, shapes: dict, src_shapes: dict) -> tuple[Optional[str], Optional[dict]]:
     try:
         dst_shapes = G.infer(rw.dst, shapes)
@@ -354,7 +350,7 @@ def shape_form(rw: Rewrite) -> tuple:
     then attributes, then the target's): two rewrites of one form match the same sites, pass or fail
     the same site check there and add the same ops. The rules files hold such pairs where the generator
     named a variable by its shape class (``c1``, ``c3``: a 1x1 and a 3x3 kernel) and the rule does not
-    depend on it (495 of the 3,040 rewrites). Attributes naming a variable's dimension (a split's
+    depend on it (515 of the 3,040 rewrites). Attributes naming a variable's dimension (a split's
     ``sizes``, a constant's ``shape``: ``('i1', 0)``) are renamed with it; ranks stay part of the form."""
     names: dict = {}
 
