@@ -195,7 +195,7 @@ class EGraph:
                     continue
                 frame[2] = i + 1
                 n, k = edges[i]
-                if n in blocked:  # (blocked since this class's edges were listed)
+                if n in blocked:
                     continue
                 if color.get(k) == 1:
                     pos = next(p for p, f in enumerate(stack) if f[0] == k)
@@ -218,10 +218,12 @@ class EGraph:
         return n_blocked, []
 
     def _edges(self, c: int, cache: dict) -> list:
+        """A class's edges (e-node, operand class), blocked e-nodes' included: ``_walk`` skips those as it
+        reads them, as e-nodes are blocked during the walk."""
         every = cache.get(c)
         if every is None:
             every = cache[c] = [(n, self.find(k)) for n in sorted(self.members[c], key=repr) for k in n[2]]
-        return [(n, k) for n, k in every if n not in self.blocked]
+        return every
 
     def num_nodes(self) -> int:
         return len(self.memo)
