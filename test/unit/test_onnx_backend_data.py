@@ -100,6 +100,29 @@ def test_the_exactness_check_sees_changed_generic_nodes():
     assert "Neg" in sweep._generic_nodes_differ(ref, model(["X", "", ""], A.FLOATS, dead=True))
 
 
+def test_unseeded_random_ops_are_found_in_graphs_and_subgraphs():
+    """A random op without a seed draws new numbers each run, so no numeric comparison of two runs can
+    pass reliably (CI once failed on test_bernoulli_double that way): the sweep names such ops and relies
+    on the exact-node check for them. A seeded one is compared as usual."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    def model(*nodes, sub=None):
+        body = list(nodes)
+        if sub is not None:
+            then = h.make_graph([sub], "then", [], [h.make_tensor_value_info("s", T.FLOAT, [2])])
+            body.append(h.make_node("If", ["cond"], ["z"], then_branch=then, else_branch=then))
+        g = h.make_graph(body, "g", [h.make_tensor_value_info("X", T.FLOAT, [2])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [2])])
+        return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+    assert sweep._unseeded_random_ops(model(h.make_node("Relu", ["X"], ["y"]))) == []
+    assert sweep._unseeded_random_ops(model(h.make_node("Bernoulli", ["X"], ["y"]))) == ["Bernoulli"]
+    assert sweep._unseeded_random_ops(model(h.make_node("Bernoulli", ["X"], ["y"], seed=1.0))) == []
+    sub = h.make_node("RandomUniformLike", ["X"], ["s"])
+    assert sweep._unseeded_random_ops(model(h.make_node("Relu", ["X"], ["y"]), sub=sub)) == ["RandomUniformLike"]
+
+
 @pytest.mark.slow
 def test_generated_node_tests_round_trip_or_are_rejected(tmp_path, taso_summary, monkeypatch):
     """The onnx wheel does not ship backend/test/data/node; onnx generates those models from
