@@ -87,7 +87,21 @@ class OpSpec:
         raise KeyError(name)
 
     def complete_attrs(self, attrs: dict) -> dict:
-        """Fill defaults, check kinds and choices; raise SpecError on violations."""
+        """Fill defaults, check kinds and choices; raise SpecError on violations. (A new dict each call;
+        the answers for hashable attributes are memoized, keyed with every value's type, since the
+        checks tell ``True`` from ``1``; violations are checked again each time.)"""
+        try:
+            key = (self.name,) + tuple((k, _typed(v)) for k, v in attrs.items())
+            hit = _COMPLETE.get(key)
+        except TypeError:  # (an unhashable value: a list, an array)
+            key = hit = None
+        if hit is None:
+            hit = self._complete_attrs(attrs)
+            if key is not None:
+                _COMPLETE[key] = hit
+        return dict(hit)
+
+    def _complete_attrs(self, attrs: dict) -> dict:
         out = {}
         for a in self.attrs:
             if a.name in attrs:
@@ -101,6 +115,15 @@ class OpSpec:
         if extra:
             raise SpecError(f"taso.{self.name}: unknown attribute(s) {sorted(extra)}")
         return out
+
+
+_COMPLETE: dict = {}  # (op name, (attribute, typed value)...) -> its complete attributes
+
+
+def _typed(v):
+    if type(v) is tuple:
+        return tuple(map(_typed, v))
+    return (type(v), v)
 
 
 def _check_attr_kind(op: str, a: AttrSpec, v: Any) -> Any:

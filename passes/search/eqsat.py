@@ -24,8 +24,15 @@ from x); extraction (``extract.py``) only ever returns acyclic graphs.
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.util
+import marshal
 import math
+import os
+import sys
+import tempfile
 import time
+import types
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
@@ -562,7 +569,7 @@ class Matcher:
         make = _MAKERS.get(text)
         if make is None:
             env = {"monotonic": time.monotonic}
-            exec(compile(text, "<eqsat matcher>", "exec"), env)  # noqa: S102 (code made above, from a pattern)
+            exec(_CODE.code(text), env)  # noqa: S102 (code made above, from a pattern)
             make = _MAKERS[text] = env["make"]
         return make(*[op.name for op in src.ops], *self.need, *[op.name in RB.COMMUTATIVE for op in src.ops],
                     *bound_vars)
@@ -674,6 +681,92 @@ def _per_rewrite(cache: dict, rw: RB.Rewrite, build):
 
 #: compiled joins by their code (``Matcher._compile``): one per pattern shape
 _MAKERS: dict = {}
+
+
+class CodeCache:
+    """The matchers' compiled code, kept on disk across processes as Python keeps modules' bytecode in
+    ``__pycache__``: ``$TASO_CACHE_DIR/eqsat-matchers.<interpreter tag>-<bytecode magic>.marshal`` (``cache_dir``), a
+    marshalled dict from the SHA-256 of a matcher's source to its code object. The source depends on the
+    pattern's shape only (455 shapes among the shipped rules), so a process compiles only the shapes no
+    earlier process compiled (compiling took 0.05-0.1 s of a first search). ``save`` merges this process's
+    new entries into the file atomically (temp file and rename: other processes' entries survive). An
+    unreadable or foreign file is ignored with a one-line warning and replaced at the next save; a cache
+    that cannot be written costs the compile time only, with a warning."""
+
+    def __init__(self, path: Optional[str] = None):
+        self._path = path
+        self._disk: Optional[dict] = None  # (read at the first compile a process needs)
+        self._new: dict = {}
+        self.compiled = 0  # sources compiled by this process (not found on disk)
+        self._warned = False
+
+    @property
+    def path(self) -> str:
+        if self._path is not None:
+            return self._path
+        from taso_mlir.passes.cost.disk_cache import cache_dir
+
+        tag = f"{sys.implementation.cache_tag}-{importlib.util.MAGIC_NUMBER.hex()}"  # (bytecode's version)
+        return os.path.join(cache_dir(), f"eqsat-matchers.{tag}.marshal")
+
+    def code(self, text: str):
+        """The code object of ``text`` (a module defining ``make``): from disk, or compiled."""
+        if self._disk is None:
+            self._disk = self._load()
+        key = hashlib.sha256(text.encode()).hexdigest()
+        code = self._disk.get(key)
+        if code is None:
+            code = self._disk[key] = self._new[key] = compile(text, "<eqsat matcher>", "exec")
+            self.compiled += 1
+        return code
+
+    def _warn(self, msg: str) -> None:
+        if not self._warned:
+            self._warned = True
+            from taso_mlir.passes.cost.disk_cache import warn
+
+            warn(msg)
+
+    def _load(self) -> dict:
+        try:
+            with open(self.path, "rb") as f:
+                data = marshal.load(f)
+        except (FileNotFoundError, NotADirectoryError):  # (none yet; a folder that is not one: save says)
+            return {}
+        except (OSError, EOFError, ValueError, TypeError) as e:
+            self._warn(f"ignoring the unreadable matcher cache {self.path} ({type(e).__name__}: {e})")
+            return {}
+        if not isinstance(data, dict) or not all(
+                isinstance(k, str) and isinstance(v, types.CodeType) for k, v in data.items()):
+            self._warn(f"ignoring the matcher cache {self.path}: not a taso-mlir matcher cache")
+            return {}
+        return data
+
+    def save(self) -> None:
+        """Write this process's new entries (merged with what the file holds now); nothing if none."""
+        if not self._new:
+            return
+        path = self.path
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            data = self._load()
+            data.update(self._new)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".eqsat-matchers.")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    marshal.dump(data, f)
+                os.replace(tmp, path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except OSError as e:
+            self._warn(f"cannot write the matcher cache {path} ({type(e).__name__}: {e}); "
+                       "matchers are compiled again by the next process")
+            return
+        self._new = {}
+
+
+_CODE = CodeCache()
 
 
 def matcher(rw: RB.Rewrite) -> Matcher:

@@ -169,6 +169,7 @@ def _run(st: FuncState) -> None:
     # (the rewrites of distinct forms: made once a process with the rules, as their loading, before the
     # search's clock starts)
     E.distinct_rewrites(st.rws)
+    compiled0 = E._CODE.compiled
     t0 = time.monotonic()
     s = Search(st.f, st)
     rep = s.extract(s.saturate(dataclasses.replace(lim, iterations=step)), ilp_time)
@@ -202,6 +203,8 @@ def _run(st: FuncState) -> None:
     # built from the e-graph and the graph written back are outside both): every round's saturation, cycle
     # filter and HiGHS runs
     rep["tensat_counted_s"] = round(sum(r["saturation_s"] + r["filter_s"] + r["solver_s"] for r in rounds), 3)
+    rep["matchers_compiled"] = E._CODE.compiled - compiled0  # (the others' code was on disk: E.CodeCache)
+    E._CODE.save()
     st.count("eqsat_ops_created", rep["new_ops"])
     for key in ("enodes", "eclasses", "iterations", "matches", "applied"):
         st.count(f"eqsat_{key}", rep[key])

@@ -874,3 +874,97 @@ def test_cycle_filtering_in_one_walk_blocks_what_a_walk_started_over_blocks():
         assert n == _filter_by_restarts(ref) and eg.blocked == ref.blocked and not eg._cycle()
         cyclic += n > 1
     assert cyclic > 20
+
+
+# ---------------------------------------------------------------------------------------------
+# the matchers' code cache on disk
+
+
+def _matcher_sources(n: int) -> list:
+    """The sources of the first ``n`` distinct matcher codes of the shipped rules."""
+    from taso_mlir.passes.search import taso_search
+
+    texts: list = []
+    saved = dict(E._MAKERS)
+
+    class Spy:
+        def code(self, text):
+            texts.append(text)
+            return compile(text, "<test>", "exec")
+
+    real, E._CODE = E._CODE, Spy()
+    try:
+        E._MAKERS.clear()
+        for rw in E.distinct_rewrites(taso_search.rewrites()):
+            E.Matcher(rw)._compile()
+            if len(set(texts)) >= n:
+                break
+    finally:
+        E._CODE = real
+        E._MAKERS.clear()
+        E._MAKERS.update(saved)
+    return list(dict.fromkeys(texts))
+
+
+def test_the_matcher_code_cache_keeps_compiled_code_across_processes(tmp_path):
+    """A second cache on the same file (a later process) compiles nothing it finds there, and its code
+    runs as the compiled code does; two processes' entries both survive their saves; the file is replaced
+    atomically (no temp file left)."""
+    a, b, c = _matcher_sources(3)
+    path = str(tmp_path / "sub" / "m.marshal")
+    first = E.CodeCache(path)
+    first.code(a)
+    first.code(a)
+    assert first.compiled == 1
+    first.save()
+    other = E.CodeCache(path)  # a process that started before the first saved
+    other._disk = {}
+    other.code(b)
+    other.save()
+    later = E.CodeCache(path)
+    for text in (a, b):
+        env: dict = {"monotonic": lambda: 0.0}
+        exec(later.code(text), env)  # noqa: S102
+        fresh: dict = {"monotonic": lambda: 0.0}
+        exec(compile(text, "<test>", "exec"), fresh)  # noqa: S102
+        assert env["make"].__code__.co_code == fresh["make"].__code__.co_code
+    assert later.compiled == 0
+    later.code(c)
+    assert later.compiled == 1
+    assert sorted(os.listdir(tmp_path / "sub")) == ["m.marshal"]
+
+
+@pytest.mark.parametrize("content", [b"not marshal at all \x00\xff", None])
+def test_a_bad_matcher_cache_is_ignored_with_one_warning_and_replaced(tmp_path, capsys, content):
+    """An unreadable file, or one of other marshalled data, costs a compile and one warning line, and the
+    next save replaces it; a cache folder that cannot be written costs a warning, not the search."""
+    import marshal
+
+    (text,) = _matcher_sources(1)
+    path = tmp_path / "m.marshal"
+    path.write_bytes(content if content is not None else marshal.dumps({"x": 1}))
+    cache = E.CodeCache(str(path))
+    cache.code(text)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "matcher cache" in err and str(path) in err
+    cache.save()
+    assert E.CodeCache(str(path)).code(text) is not None and capsys.readouterr().err == ""
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    cache = E.CodeCache(str(blocked / "m.marshal"))  # (its folder is a file)
+    cache.code(text)
+    cache.save()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write the matcher cache" in err
+
+
+def test_a_second_search_process_compiles_no_matchers(tmp_path):
+    """End to end: the first process compiles the matchers its search needs and saves them; a second
+    process with the same cache folder finds all of them, and extracts the same graph."""
+    env = dict(os.environ, TASO_CACHE_DIR=str(tmp_path / "cache"))
+    one = _search(tmp_path, "fire_three", "strategy=eqsat", env=env)
+    (tmp_path / "again").mkdir()
+    two = _search(tmp_path / "again", "fire_three", "strategy=eqsat", env=env)
+    assert one["eqsat"]["matchers_compiled"] > 0 and two["eqsat"]["matchers_compiled"] == 0
+    assert one["cost_after_ms"] == two["cost_after_ms"]
+    assert one["eqsat"]["enodes"] == two["eqsat"]["enodes"]

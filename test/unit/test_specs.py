@@ -847,6 +847,21 @@ def test_complete_attrs_rejects(op, attrs, msg):
         SPECS[op].complete_attrs(attrs)
 
 
+def test_complete_attrs_memo_tells_equal_values_of_other_types_apart():
+    """The answers are memoized by the attributes' values and types: a bool equal to an accepted int
+    (``True == 1``, also inside a tuple) is still refused after the int was accepted, and each call
+    returns its own dict."""
+    conv = SPECS["conv2d"]
+    first = conv.complete_attrs(dict(group=1, strides=(1, 1)))
+    first["group"] = 99
+    assert conv.complete_attrs(dict(group=1, strides=(1, 1)))["group"] == 1
+    with pytest.raises(SpecError, match="integer"):
+        conv.complete_attrs(dict(group=True, strides=(1, 1)))
+    with pytest.raises(SpecError, match="list of integers"):
+        conv.complete_attrs(dict(group=1, strides=(True, 1)))
+    assert conv.complete_attrs(dict(group=1, strides=[1, 1]))["strides"] == (1, 1)  # (unhashable: not memoized)
+
+
 def test_complete_attrs_fills_onnx_defaults():
     assert SPECS["conv2d"].complete_attrs({}) == dict(strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1),
                                                       group=1, activation="none")
