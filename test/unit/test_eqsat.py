@@ -156,10 +156,12 @@ def test_limits_are_honoured(tmp_path):
     _same_numbers(tmp_path, r["src"], r["out"])
 
 
-def _scripted_run(monkeypatch, written: list, opts: dict, built: list = None) -> list:
+def _scripted_run(monkeypatch, written: list, opts: dict, built: list = None, limits: list = None,
+                  clock: list = None) -> list:
     """``eqsat_search._run`` with its searches scripted: the n-th extraction writes a cheaper graph where
     ``written[n]``; returns the depth (saturation rounds in all) each extraction was made at. ``built``:
-    where given, gets the e-graph (its number, from 0) each extraction was made in."""
+    where given, gets the e-graph (its number, from 0) each extraction was made in; ``limits``: the time
+    limit each extraction was given; ``clock``: [seconds each saturation takes], on a clock of the test's."""
     from taso_mlir.passes.pipeline import FuncState
     from taso_mlir.passes.search import eqsat_search as ES
 
@@ -175,10 +177,14 @@ def _scripted_run(monkeypatch, written: list, opts: dict, built: list = None) ->
         def saturate(self, lim):
             assert lim.iterations > self.it  # (a continuation goes deeper)
             self.it = lim.iterations
+            if clock is not None:
+                now[0] += clock[0]
             return None
 
         def extract(self, stats, ilp_time, bar=math.inf):
             depths.append(self.it)
+            if limits is not None:
+                limits.append(ilp_time)
             if built is not None:
                 built.append(self.n)
             w = written[len(depths) - 1]
@@ -189,6 +195,9 @@ def _scripted_run(monkeypatch, written: list, opts: dict, built: list = None) ->
                     "iterations": self.it, "rejected": {}, "time_s": 0.0}
 
     monkeypatch.setattr(ES, "Search", Search)
+    now = [0.0]
+    if clock is not None:
+        monkeypatch.setattr(ES.time, "monotonic", lambda: now[0])
     st = FuncState(f=None, opts=opts)
     ES._run(st)
     assert [r["depth"] for r in st.extra["eqsat"]["round_costs"]] == depths
@@ -214,6 +223,27 @@ def test_restarts_saturate_shallow_while_the_cost_drops_then_once_deep(monkeypat
     # eqsat-restarts bounds the searches after the first, the deep ones included
     assert _scripted_run(monkeypatch, [T] * 10, opts | {"eqsat-restarts": 3}) == [2, 2, 2, 2]
     assert _scripted_run(monkeypatch, [F, F], opts | {"eqsat-restarts": 0}) == [2]
+
+
+def test_the_confirming_round_extracts_within_the_time_the_search_took(monkeypatch):
+    """The deep round from a graph a shallow round could not improve is a check: its program gets
+    eqsat-confirm-time times the search's time so far (1 s at least, eqsat-ilp-time at most); the other
+    rounds get eqsat-ilp-time (within eqsat-time). A deep round that writes is followed by shallow ones
+    with the whole limit again."""
+    T, F = True, False
+    opts = {"eqsat-iterations": 4, "eqsat-step": 2, "eqsat-ilp-time": 30.0, "eqsat-time": 1000.0}
+    limits: list = []
+    assert _scripted_run(monkeypatch, [T, F, F], opts, limits=limits, clock=[2.0]) == [2, 2, 4]
+    assert limits == [30.0, 30.0, 6.0]  # (three saturations of 2 s before the confirming program)
+    limits.clear()
+    _scripted_run(monkeypatch, [F, F], opts | {"eqsat-confirm-time": 0.1}, limits=limits, clock=[2.0])
+    assert limits == [30.0, 1.0]  # (0.1 x 4 s: 1 s at least)
+    limits.clear()
+    _scripted_run(monkeypatch, [F, T, F, F], opts | {"eqsat-confirm-time": 50.0}, limits=limits, clock=[2.0])
+    assert limits == [30.0, 30.0, 30.0, 30.0]  # (eqsat-ilp-time at most; after the deep round wrote, shallow)
+    limits.clear()
+    _scripted_run(monkeypatch, [F, T, F, F], opts | {"eqsat-confirm-time": 0.5}, limits=limits, clock=[10.0])
+    assert limits == [30.0, 10.0, 30.0, 20.0]
 
 
 def _graph(name: str):
