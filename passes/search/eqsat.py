@@ -465,7 +465,42 @@ class Matcher:
         from the pattern, so each step is a loop over candidates, a comparison or an assignment. The
         code depends on the pattern's shape only (kinds, variable names and attributes are arguments of
         the function that makes it): the 3,040 rewrites have a few hundred shapes, each compiled once a
-        process (``_MAKERS``)."""
+        process (``_MAKERS``). The code is looked up by the pattern's structure first (``_structure``:
+        making it took a tenth of a first search), and made where the structure is new (``_emit``)."""
+        src = self.rw.src
+        key, canon = self._structure()
+        hit = _BY_STRUCTURE.get(key)
+        if hit is None:
+            text, bound = self._emit()
+            make = _MAKERS.get(text)
+            if make is None:
+                env = {"monotonic": time.monotonic}
+                exec(_CODE.code(text), env)  # noqa: S102 (code made above, from a pattern)
+                make = _MAKERS[text] = env["make"]
+            hit = _BY_STRUCTURE[key] = (make, [canon[v] for v in bound])
+        make, order = hit
+        actual = {c: v for v, c in canon.items()}
+        return make(*[op.name for op in src.ops], *self.need, *[op.name in RB.COMMUTATIVE for op in src.ops],
+                    *[actual[c] for c in order])
+
+    def _structure(self) -> tuple[tuple, dict]:
+        """What the join's code depends on: the roots, and per source op its result count and operands
+        (another op's result, or a variable named by its first use); and that naming (variable -> its
+        number). Kinds, attributes and variable names are the code's arguments."""
+        canon: dict = {}
+        ops = []
+        for op, refs in zip(self.rw.src.ops, self.refs):
+            operands = []
+            for r, pr in zip(op.operands, refs):
+                if pr is None:
+                    operands.append(canon.setdefault(r, len(canon)))
+                else:
+                    operands.append(pr)
+            ops.append((op.num_results, tuple(operands)))
+        return (tuple(self.roots), tuple(ops)), canon
+
+    def _emit(self) -> tuple[str, list]:
+        """The join's code (a module defining ``make``) and the variables in the order it binds them."""
         src = self.rw.src
         lines: list = []
         bound_ops: list = []  # source ops bound, in order
@@ -566,13 +601,7 @@ class Matcher:
         params = ([f"K{k}" for k in range(n)] + [f"N{k}" for k in range(n)] + [f"C{k}" for k in range(n)]
                   + [f"V{i}" for i in range(len(bound_vars))])
         text = "\n".join([f"def make({', '.join(params)}):"] + lines)
-        make = _MAKERS.get(text)
-        if make is None:
-            env = {"monotonic": time.monotonic}
-            exec(_CODE.code(text), env)  # noqa: S102 (code made above, from a pattern)
-            make = _MAKERS[text] = env["make"]
-        return make(*[op.name for op in src.ops], *self.need, *[op.name in RB.COMMUTATIVE for op in src.ops],
-                    *bound_vars)
+        return text, list(bound_vars)
 
     def matches_generic(self, eg: EGraph, idx: Index, cap: int, near: Optional[dict] = None,
                         deadline: float = math.inf, first: Optional[dict] = None, second=None):
@@ -681,6 +710,8 @@ def _per_rewrite(cache: dict, rw: RB.Rewrite, build):
 
 #: compiled joins by their code (``Matcher._compile``): one per pattern shape
 _MAKERS: dict = {}
+#: the same by the pattern's structure (``Matcher._structure``), with the order the code binds variables in
+_BY_STRUCTURE: dict = {}
 
 
 class CodeCache:
