@@ -169,9 +169,9 @@ def search_options() -> tuple:
         PassOption("eqsat-ilp-time", float, 30.0, "eqsat: seconds for each extraction's integer program (a restart's: "
             "at most what is left of eqsat-time, and 0.5 s at least)",
             (lambda v: v > 0, "positive")),
-        PassOption("eqsat-confirm-time", float, 1.0, "eqsat: the confirming round's integer program (the deep "
-            "round from a graph a shallow round could not improve) may take this many times the search's time so "
-            "far, 1 s at least (and eqsat-ilp-time at most); unproved within it, the graph found stands",
+        PassOption("eqsat-confirm-time", float, 1.0, "eqsat: the confirming rounds' integer programs (of the deep "
+            "rounds from graphs a shallow round could not improve) may take this many times the rest of the search "
+            "together, 1 s at least each (and eqsat-ilp-time at most); unproved within it, the graph found stands",
             (lambda v: v > 0, "positive")),
         PassOption("eqsat-chains", bool, True, "eqsat: extend each merge of two siblings by the next sibling, "
             "and so on (a merge of k siblings in one e-graph, where TASO's two-op merge rules need k - 1 rounds)"),

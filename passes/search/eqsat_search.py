@@ -178,6 +178,7 @@ def _run(st: FuncState) -> None:
     rep["ilp_limit_s"] = ilp_time
     rounds = [_round(rep)]
     matches = rep["matches"]
+    confirm_s = 0.0  # the confirming rounds' extractions so far
     for _ in range(restarts):
         if matches >= lim.matches or time.monotonic() - t0 > lim.time_s:
             break
@@ -193,13 +194,18 @@ def _run(st: FuncState) -> None:
             break
         left = max(0.1, lim.time_s - (time.monotonic() - t0))
         stats = s.saturate(dataclasses.replace(lim, iterations=depth, time_s=left, matches=lim.matches - matches))
-        if depth == lim.iterations and not rep["written"]:
-            # the confirming round (the deep one, from a graph a shallow round could not improve): its
-            # program may take eqsat-confirm-time times what the search took so far, 1 s at least. It finds
-            # a cheaper graph rarely (3% of fuzzed models), and its e-graph can be one whose relaxation is
-            # weak (a fuzzed chain of 8x8 matmuls: 9,163 e-nodes, 18% under the optimum, 30 s unproved)
-            limit = min(limit, max(1.0, confirm * (time.monotonic() - t0)))
+        confirming = depth == lim.iterations and not rep["written"]
+        if confirming:
+            # the confirming round (the deep one, from a graph a shallow round could not improve): the
+            # confirming rounds' programs together may take eqsat-confirm-time times the rest of the
+            # search, 1 s at least each. Such a round finds a cheaper graph rarely (3% of fuzzed models),
+            # and its e-graph can be one whose relaxation is weak (a fuzzed chain of 8x8 matmuls: 9,163
+            # e-nodes, 18% under the optimum, unproved in 30 s)
+            rest = time.monotonic() - t0 - confirm_s
+            limit = min(limit, max(1.0, confirm * rest - confirm_s))
         rep = s.extract(stats, min(limit, max(0.5, left)), bar=rep["cost_ms"])
+        if confirming:
+            confirm_s += rep["solve_s"]
         rep["depth"] = depth
         rep["ilp_limit_s"] = round(min(limit, max(0.5, left)), 3)
         rounds.append(_round(rep))

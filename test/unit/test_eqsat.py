@@ -161,7 +161,8 @@ def _scripted_run(monkeypatch, written: list, opts: dict, built: list = None, li
     """``eqsat_search._run`` with its searches scripted: the n-th extraction writes a cheaper graph where
     ``written[n]``; returns the depth (saturation rounds in all) each extraction was made at. ``built``:
     where given, gets the e-graph (its number, from 0) each extraction was made in; ``limits``: the time
-    limit each extraction was given; ``clock``: [seconds each saturation takes], on a clock of the test's."""
+    limit each extraction was given; ``clock``: [seconds each saturation takes, seconds each extraction
+    takes at most], on a clock of the test's."""
     from taso_mlir.passes.pipeline import FuncState
     from taso_mlir.passes.search import eqsat_search as ES
 
@@ -185,12 +186,16 @@ def _scripted_run(monkeypatch, written: list, opts: dict, built: list = None, li
             depths.append(self.it)
             if limits is not None:
                 limits.append(ilp_time)
+            took = 0.0
+            if clock is not None:
+                took = min(ilp_time, clock[1])
+                now[0] += took
             if built is not None:
                 built.append(self.n)
             w = written[len(depths) - 1]
             cost = 10.0 - len(depths) if w else 10.0 - len([x for x in written[:len(depths)] if x])
             return {"input_cost_ms": cost + (1 if w else 0), "cost_ms": cost, "enodes": 5, "eclasses": 3,
-                    "saturation_s": 0.0, "filter_s": 0.0, "solve_s": 0.0, "solver_s": 0.0, "status": "Optimal", "cycle_cuts": 0, "blocked": 0,
+                    "saturation_s": 0.0, "filter_s": 0.0, "solve_s": took, "solver_s": 0.0, "status": "Optimal", "cycle_cuts": 0, "blocked": 0,
                     "matches": 1, "applied": 1, "lifted": 0, "stop": "iterations", "written": w, "new_ops": 0,
                     "iterations": self.it, "rejected": {}, "time_s": 0.0}
 
@@ -225,25 +230,25 @@ def test_restarts_saturate_shallow_while_the_cost_drops_then_once_deep(monkeypat
     assert _scripted_run(monkeypatch, [F, F], opts | {"eqsat-restarts": 0}) == [2]
 
 
-def test_the_confirming_round_extracts_within_the_time_the_search_took(monkeypatch):
-    """The deep round from a graph a shallow round could not improve is a check: its program gets
-    eqsat-confirm-time times the search's time so far (1 s at least, eqsat-ilp-time at most); the other
-    rounds get eqsat-ilp-time (within eqsat-time). A deep round that writes is followed by shallow ones
-    with the whole limit again."""
+def test_the_confirming_rounds_extract_within_the_time_the_rest_of_the_search_took(monkeypatch):
+    """A deep round from a graph a shallow round could not improve is a check: the programs of such
+    rounds together get eqsat-confirm-time times the rest of the search's time (1 s at least each,
+    eqsat-ilp-time at most); the other rounds get eqsat-ilp-time (within eqsat-time)."""
     T, F = True, False
     opts = {"eqsat-iterations": 4, "eqsat-step": 2, "eqsat-ilp-time": 30.0, "eqsat-time": 1000.0}
     limits: list = []
-    assert _scripted_run(monkeypatch, [T, F, F], opts, limits=limits, clock=[2.0]) == [2, 2, 4]
-    assert limits == [30.0, 30.0, 6.0]  # (three saturations of 2 s before the confirming program)
+    assert _scripted_run(monkeypatch, [T, F, F], opts, limits=limits, clock=[2.0, 1.0]) == [2, 2, 4]
+    assert limits == [30.0, 30.0, 8.0]  # (three saturations of 2 s and two extractions of 1 s before it)
     limits.clear()
-    _scripted_run(monkeypatch, [F, F], opts | {"eqsat-confirm-time": 0.1}, limits=limits, clock=[2.0])
-    assert limits == [30.0, 1.0]  # (0.1 x 4 s: 1 s at least)
+    _scripted_run(monkeypatch, [F, F], opts | {"eqsat-confirm-time": 0.1}, limits=limits, clock=[2.0, 1.0])
+    assert limits == [30.0, 1.0]  # (0.1 x 5 s: 1 s at least)
     limits.clear()
-    _scripted_run(monkeypatch, [F, T, F, F], opts | {"eqsat-confirm-time": 50.0}, limits=limits, clock=[2.0])
+    _scripted_run(monkeypatch, [F, T, F, F], opts | {"eqsat-confirm-time": 50.0}, limits=limits, clock=[2.0, 1.0])
     assert limits == [30.0, 30.0, 30.0, 30.0]  # (eqsat-ilp-time at most; after the deep round wrote, shallow)
     limits.clear()
-    _scripted_run(monkeypatch, [F, T, F, F], opts | {"eqsat-confirm-time": 0.5}, limits=limits, clock=[10.0])
-    assert limits == [30.0, 10.0, 30.0, 20.0]
+    _scripted_run(monkeypatch, [F, T, F, F], opts | {"eqsat-confirm-time": 0.5}, limits=limits, clock=[10.0, 4.0])
+    # (the second confirming program: half the 48 s of the rest of the search, less the first one's 4 s)
+    assert limits == [30.0, 12.0, 30.0, 20.0]
 
 
 def _graph(name: str):
