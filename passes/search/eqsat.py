@@ -717,9 +717,11 @@ _BY_STRUCTURE: dict = {}
 class CodeCache:
     """The matchers' compiled code, kept on disk across processes as Python keeps modules' bytecode in
     ``__pycache__``: ``$TASO_CACHE_DIR/eqsat-matchers.<interpreter tag>-<bytecode magic>.marshal`` (``cache_dir``), a
-    marshalled dict from the SHA-256 of a matcher's source to its code object. The source depends on the
+    marshalled dict from the SHA-256 of a matcher's source to its marshalled code object. The source depends on the
     pattern's shape only (455 shapes among the shipped rules), so a process compiles only the shapes no
-    earlier process compiled (compiling took 0.05-0.1 s of a first search). ``save`` merges this process's
+    earlier process compiled (compiling took 0.05-0.1 s of a first search). Each code object is kept
+    marshalled, and read where a search needs it (reading all 455 took about as long as compiling the
+    60-80 a search needs). ``save`` merges this process's
     new entries into the file atomically (temp file and rename: other processes' entries survive). An
     unreadable or foreign file is ignored with a one-line warning and replaced at the next save; a cache
     that cannot be written costs the compile time only, with a warning."""
@@ -747,8 +749,18 @@ class CodeCache:
         key = hashlib.sha256(text.encode()).hexdigest()
         code = self._disk.get(key)
         if code is None:
-            code = self._disk[key] = self._new[key] = compile(text, "<eqsat matcher>", "exec")
+            code = compile(text, "<eqsat matcher>", "exec")
+            self._disk[key] = self._new[key] = marshal.dumps(code)
             self.compiled += 1
+            return code
+        try:
+            code = marshal.loads(code)
+            if not isinstance(code, types.CodeType):
+                raise ValueError("not a code object")
+        except (EOFError, ValueError, TypeError) as e:
+            self._warn(f"ignoring an unreadable entry of the matcher cache {self.path} ({type(e).__name__}: {e})")
+            del self._disk[key]
+            return self.code(text)
         return code
 
     def _warn(self, msg: str) -> None:
@@ -767,8 +779,7 @@ class CodeCache:
         except (OSError, EOFError, ValueError, TypeError) as e:
             self._warn(f"ignoring the unreadable matcher cache {self.path} ({type(e).__name__}: {e})")
             return {}
-        if not isinstance(data, dict) or not all(
-                isinstance(k, str) and isinstance(v, types.CodeType) for k, v in data.items()):
+        if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, bytes) for k, v in data.items()):
             self._warn(f"ignoring the matcher cache {self.path}: not a taso-mlir matcher cache")
             return {}
         return data
@@ -887,8 +898,11 @@ class Saturation:
             for rw, m, found in found_all:  # write: apply them
                 starts = _chain_starts(eg, m, found) if limits.chains and len(m.roots) == 2 else {}
                 for i, (ops, b) in enumerate(found):
-                    key = (rw.id, tuple(eg.canon(op + (0,)) for op in ops),
-                           tuple(sorted((v, eg.find(c)) for v, c in b.items())))
+                    # (the match as the round found it: its ops and classes canonical as the round began;
+                    # the variables in the order the rewrite's join binds them. Applying a match again
+                    # changes nothing, so a match tried in an earlier round under other class ids, which
+                    # this key does not recognize, costs time only)
+                    key = (rw.id, ops, tuple(b.values()))
                     if key in seen:
                         continue
                     seen.add(key)

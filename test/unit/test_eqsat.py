@@ -975,15 +975,19 @@ def test_the_matcher_code_cache_keeps_compiled_code_across_processes(tmp_path):
     assert sorted(os.listdir(tmp_path / "sub")) == ["m.marshal"]
 
 
-@pytest.mark.parametrize("content", [b"not marshal at all \x00\xff", None])
+@pytest.mark.parametrize("content", ["garbage", "other data", "a bad entry"])
 def test_a_bad_matcher_cache_is_ignored_with_one_warning_and_replaced(tmp_path, capsys, content):
-    """An unreadable file, or one of other marshalled data, costs a compile and one warning line, and the
-    next save replaces it; a cache folder that cannot be written costs a warning, not the search."""
+    """An unreadable file, one of other marshalled data, or an entry that is not a code object costs a
+    compile and one warning line, and the next save replaces it; a cache folder that cannot be written
+    costs a warning, not the search."""
+    import hashlib
     import marshal
 
     (text,) = _matcher_sources(1)
     path = tmp_path / "m.marshal"
-    path.write_bytes(content if content is not None else marshal.dumps({"x": 1}))
+    key = hashlib.sha256(text.encode()).hexdigest()
+    path.write_bytes({"garbage": b"not marshal at all \x00\xff", "other data": marshal.dumps({"x": 1}),
+                      "a bad entry": marshal.dumps({key: marshal.dumps([1, 2])})}[content])
     cache = E.CodeCache(str(path))
     cache.code(text)
     err = capsys.readouterr().err
