@@ -90,14 +90,18 @@ class OpSpec:
         """Fill defaults, check kinds and choices; raise SpecError on violations. (A new dict each call;
         the answers for hashable attributes are memoized, keyed with every value's type, since the
         checks tell ``True`` from ``1``; violations are checked again each time.)"""
-        try:
-            key = (self.name,) + tuple((k, _typed(v)) for k, v in attrs.items())
-            hit = _COMPLETE.get(key)
-        except TypeError:  # (an unhashable value: a list, an array)
-            key = hit = None
+        key = hit = None
+        if SPECS.get(self.name) is self:  # (the registered specs: a name is one spec)
+            try:
+                key = (self.name,) + tuple((k, _typed(v)) for k, v in attrs.items())
+                hit = _COMPLETE.get(key)
+            except TypeError:  # (an unhashable value: a list, an array; or a NaN, not memoized)
+                key = None
         if hit is None:
             hit = self._complete_attrs(attrs)
             if key is not None:
+                if len(_COMPLETE) >= 100_000:
+                    _COMPLETE.clear()
                 _COMPLETE[key] = hit
         return dict(hit)
 
@@ -121,8 +125,14 @@ _COMPLETE: dict = {}  # (op name, (attribute, typed value)...) -> its complete a
 
 
 def _typed(v):
-    if type(v) is tuple:
-        return tuple(map(_typed, v))
+    """``v`` as a memo key: every value with its type (``True`` is not ``1``), a float with its sign
+    (``-0.0`` is not ``0.0``); a NaN raises TypeError (it equals nothing, so it would never hit)."""
+    if isinstance(v, tuple):
+        return (type(v),) + tuple(map(_typed, v))
+    if isinstance(v, (float, np.floating)):
+        if v != v:
+            raise TypeError("NaN")
+        return (type(v), v, math.copysign(1.0, v))
     return (type(v), v)
 
 

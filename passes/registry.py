@@ -171,7 +171,8 @@ def search_options() -> tuple:
             (lambda v: v > 0, "positive")),
         PassOption("eqsat-confirm-time", float, 1.0, "eqsat: the confirming rounds' integer programs (of the deep "
             "rounds from graphs a shallow round could not improve) may take this many times the rest of the search "
-            "together, 1 s at least each (and eqsat-ilp-time at most); unproved within it, the graph found stands",
+            "together, 1 s at least each (eqsat-ilp-time and what is left of eqsat-time at most, as every round's); "
+            "unproved within it, the graph found stands",
             (lambda v: v > 0, "positive")),
         PassOption("eqsat-chains", bool, True, "eqsat: extend each merge of two siblings by the next sibling, "
             "and so on (a merge of k siblings in one e-graph, where TASO's two-op merge rules need k - 1 rounds)"),

@@ -722,9 +722,11 @@ class CodeCache:
     earlier process compiled (compiling took 0.05-0.1 s of a first search). Each code object is kept
     marshalled, and read where a search needs it (reading all 455 took about as long as compiling the
     60-80 a search needs). ``save`` merges this process's
-    new entries into the file atomically (temp file and rename: other processes' entries survive). An
-    unreadable or foreign file is ignored with a one-line warning and replaced at the next save; a cache
-    that cannot be written costs the compile time only, with a warning."""
+    new entries into the file atomically (temp file and rename: the entries other processes saved before survive). An
+    unreadable or foreign file (or one another user owns, or others may write: its code is run) is ignored
+    with a one-line warning and replaced at the next save; a cache that cannot be written costs the
+    compile time only, with a warning. Two processes saving at once may lose one's new entries (no lock):
+    those are compiled again by a later process."""
 
     def __init__(self, path: Optional[str] = None):
         self._path = path
@@ -755,8 +757,8 @@ class CodeCache:
             return code
         try:
             code = marshal.loads(code)
-            if not isinstance(code, types.CodeType):
-                raise ValueError("not a code object")
+            if not isinstance(code, types.CodeType) or "make" not in code.co_names:
+                raise ValueError("not a matcher's code")
         except (EOFError, ValueError, TypeError) as e:
             self._warn(f"ignoring an unreadable entry of the matcher cache {self.path} ({type(e).__name__}: {e})")
             del self._disk[key]
@@ -773,6 +775,11 @@ class CodeCache:
     def _load(self) -> dict:
         try:
             with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if st.st_uid != os.getuid() or st.st_mode & 0o022:
+                    # (its code is run: only a file of this user's that no one else may write)
+                    self._warn(f"ignoring the matcher cache {self.path}: not this user's, or writable by others")
+                    return {}
                 data = marshal.load(f)
         except (FileNotFoundError, NotADirectoryError):  # (none yet; a folder that is not one: save says)
             return {}
@@ -898,11 +905,11 @@ class Saturation:
             for rw, m, found in found_all:  # write: apply them
                 starts = _chain_starts(eg, m, found) if limits.chains and len(m.roots) == 2 else {}
                 for i, (ops, b) in enumerate(found):
-                    # (the match as the round found it: its ops and classes canonical as the round began;
-                    # the variables in the order the rewrite's join binds them. Applying a match again
-                    # changes nothing, so a match tried in an earlier round under other class ids, which
-                    # this key does not recognize, costs time only)
-                    key = (rw.id, ops, tuple(b.values()))
+                    # (canonical now: two matches that unions since the round began made one are tried
+                    # once; the variables' classes in the order the rewrite's join binds them, one order
+                    # per rewrite, so no sorting by name)
+                    find = eg.find
+                    key = (rw.id, tuple(eg.canon(op + (0,)) for op in ops), tuple(map(find, b.values())))
                     if key in seen:
                         continue
                     seen.add(key)

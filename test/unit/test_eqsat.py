@@ -994,6 +994,11 @@ def test_a_bad_matcher_cache_is_ignored_with_one_warning_and_replaced(tmp_path, 
     assert err.count("\n") == 1 and "matcher cache" in err and str(path) in err
     cache.save()
     assert E.CodeCache(str(path)).code(text) is not None and capsys.readouterr().err == ""
+    os.chmod(path, 0o666)  # (its code is run: a file others may write is not read)
+    assert E.CodeCache(str(path)).code(text) is not None
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "writable by others" in err
+    os.chmod(path, 0o644)
     blocked = tmp_path / "file"
     blocked.write_text("")
     cache = E.CodeCache(str(blocked / "m.marshal"))  # (its folder is a file)

@@ -13,6 +13,7 @@ case for one operator does not change the others.
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 import zlib
 
@@ -860,6 +861,19 @@ def test_complete_attrs_memo_tells_equal_values_of_other_types_apart():
     with pytest.raises(SpecError, match="list of integers"):
         conv.complete_attrs(dict(group=1, strides=(True, 1)))
     assert conv.complete_attrs(dict(group=1, strides=[1, 1]))["strides"] == (1, 1)  # (unhashable: not memoized)
+    from collections import namedtuple
+
+    pair = namedtuple("pair", "a b")
+    assert conv.complete_attrs(dict(strides=pair(1, 1)))["strides"] == (1, 1)
+    with pytest.raises(SpecError, match="list of integers"):
+        conv.complete_attrs(dict(strides=pair(True, 1)))
+    bn = SPECS["batchnorm"]
+    for zero in (0.0, -0.0, np.float32(0.0), np.float32(-0.0)):  # (the sign kept, whichever came first)
+        assert str(bn.complete_attrs(dict(epsilon=zero))["epsilon"]) == str(float(zero))
+    size = len(specs._COMPLETE)
+    for _ in range(3):
+        assert math.isnan(bn.complete_attrs(dict(epsilon=float("nan")))["epsilon"])
+    assert len(specs._COMPLETE) == size  # (a NaN is not memoized: it would never hit)
 
 
 def test_complete_attrs_fills_onnx_defaults():
