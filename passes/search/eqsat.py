@@ -902,13 +902,13 @@ class Saturation:
                     break
             changed = False
             chains: list = []  # (matcher, the merged op, the id of the last sibling in it)
+            find = eg.find
             for rw, m, found in found_all:  # write: apply them
                 starts = _chain_starts(eg, m, found) if limits.chains and len(m.roots) == 2 else {}
                 for i, (ops, b) in enumerate(found):
                     # (canonical now: two matches that unions since the round began made one are tried
                     # once; the variables' classes in the order the rewrite's join binds them, one order
                     # per rewrite, so no sorting by name)
-                    find = eg.find
                     key = (rw.id, tuple(eg.canon(op + (0,)) for op in ops), tuple(map(find, b.values())))
                     if key in seen:
                         continue

@@ -183,6 +183,7 @@ def _run(st: FuncState) -> None:
         if matches >= lim.matches or time.monotonic() - t0 > lim.time_s:
             break
         limit = ilp_time
+        confirming = False
         if rep["written"]:
             depth = step
             s = Search(st.f, st)  # a restart: the e-graph of the graph just written
@@ -190,11 +191,11 @@ def _run(st: FuncState) -> None:
             # a shallow round found nothing: look deeper from the same graph, in the same e-graph (its
             # rounds go on: the same e-graph a restart saturated to this depth would have)
             depth = lim.iterations
+            confirming = True
         else:
             break
         left = max(0.1, lim.time_s - (time.monotonic() - t0))
         stats = s.saturate(dataclasses.replace(lim, iterations=depth, time_s=left, matches=lim.matches - matches))
-        confirming = depth == lim.iterations and not rep["written"]
         if confirming:
             # the confirming round (the deep one, from a graph a shallow round could not improve): the
             # confirming rounds' programs together may take eqsat-confirm-time times the rest of the
@@ -203,11 +204,12 @@ def _run(st: FuncState) -> None:
             # e-nodes, 18% under the optimum, unproved in 30 s)
             rest = time.monotonic() - t0 - confirm_s
             limit = min(limit, max(1.0, confirm * rest - confirm_s))
-        rep = s.extract(stats, min(limit, max(0.5, left)), bar=rep["cost_ms"])
+        limit = min(limit, max(0.5, left))
+        rep = s.extract(stats, limit, bar=rep["cost_ms"])
         if confirming:
             confirm_s += rep["solve_s"]
         rep["depth"] = depth
-        rep["ilp_limit_s"] = round(min(limit, max(0.5, left)), 3)
+        rep["ilp_limit_s"] = round(limit, 3)
         rounds.append(_round(rep))
         matches += rep["matches"]
     rep["round_costs"] = rounds

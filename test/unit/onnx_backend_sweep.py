@@ -271,26 +271,27 @@ RANDOM_OPS = {"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "R
 
 
 def _unseeded_random_ops(model) -> list[str]:
-    """The random ops of ``model``'s graph (subgraphs included) that have no ``seed`` attribute, sorted."""
+    """The random ops of ``model``'s graph and functions (subgraphs included) that have no ``seed``
+    attribute, sorted."""
+    import onnx
+
     found = set()
 
-    def walk(graph):
-        for n in graph.node:
+    def walk(nodes):
+        for n in nodes:
             if n.domain in ("", "ai.onnx") and n.op_type in RANDOM_OPS and \
                     not any(a.name == "seed" for a in n.attribute):
                 found.add(n.op_type)
             for a in n.attribute:
-                if a.g is not None and a.HasField("g"):
-                    walk(a.g)
-                for g in a.graphs:
-                    walk(g)
+                if a.type == onnx.AttributeProto.GRAPH:
+                    walk(a.g.node)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for g in a.graphs:
+                        walk(g.node)
 
-    walk(model.graph)
+    walk(model.graph.node)
     for f in model.functions:
-        for n in f.node:
-            if n.domain in ("", "ai.onnx") and n.op_type in RANDOM_OPS and \
-                    not any(a.name == "seed" for a in n.attribute):
-                found.add(n.op_type)
+        walk(f.node)
     return sorted(found)
 
 
