@@ -98,18 +98,27 @@ class EGraph:
 
     def canon(self, node: tuple) -> tuple:
         kind, attrs, kids, j = node
+        return (kind, attrs, self.canon_kids(kind, kids), j)
+
+    def canon_op(self, op: tuple) -> tuple:
+        """An op key (kind, attributes, operand classes) with its operands' classes canonical."""
+        return (op[0], op[1], self.canon_kids(op[0], op[2]))
+
+    def canon_kids(self, kind: str, kids: tuple) -> tuple:
         kids = tuple(map(self.find, kids))
-        if kind in RB.COMMUTATIVE and len(kids) == 2 and kids[1] < kids[0]:
+        if len(kids) == 2 and kids[1] < kids[0] and kind in RB.COMMUTATIVE:
             kids = (kids[1], kids[0])
-        return (kind, attrs, kids, j)
+        return kids
 
     def add_op(self, kind: str, attrs: tuple, kids: tuple, shapes: list, dtype: str) -> list:
         """The classes of the results of op ``kind(kids){attrs}``: existing ones where the e-graph has
         the op, else new classes."""
-        attrs = key_attrs(kind, attrs, kids, shapes)
+        if not kids:
+            attrs = key_attrs(kind, attrs, kids, shapes)
+        kids = self.canon_kids(kind, kids)
         out = []
         for j, s in enumerate(shapes):
-            n = self.canon((kind, attrs, kids, j))
+            n = (kind, attrs, kids, j)
             c = self.memo.get(n)
             if c is None:
                 c = self.new_class(s, dtype)
@@ -125,6 +134,9 @@ class EGraph:
         a, b = self.find(a), self.find(b)
         if a == b:
             return False
+        if self.shape[a] != self.shape[b] or self.dtype[a] != self.dtype[b]:  # (what ``_apply`` relies on)
+            raise ValueError(f"e-graph: a union of classes of two types {self.shape[a]} {self.dtype[a]} "
+                             f"and {self.shape[b]} {self.dtype[b]}")
         if len(self.members[a]) < len(self.members[b]):
             a, b = b, a
         self.parent[b] = a
@@ -902,14 +914,14 @@ class Saturation:
                     break
             changed = False
             chains: list = []  # (matcher, the merged op, the id of the last sibling in it)
-            find = eg.find
+            find, canon_op = eg.find, eg.canon_op
             for rw, m, found in found_all:  # write: apply them
                 starts = _chain_starts(eg, m, found) if limits.chains and len(m.roots) == 2 else {}
                 for i, (ops, b) in enumerate(found):
                     # (canonical now: two matches that unions since the round began made one are tried
                     # once; the variables' classes in the order the rewrite's join binds them, one order
                     # per rewrite, so no sorting by name)
-                    key = (rw.id, tuple(eg.canon(op + (0,)) for op in ops), tuple(map(find, b.values())))
+                    key = (rw.id, tuple(map(canon_op, ops)), tuple(map(find, b.values())))
                     if key in seen:
                         continue
                     seen.add(key)
@@ -1117,8 +1129,9 @@ def _apply(eg: EGraph, view: EView, rw: RB.Rewrite, ops: list, b: dict, st: Stat
     for op in ops:
         if op not in sigs:  # (an op's result shapes never change: its key names its operands' classes)
             sigs[op] = (op[1], tuple(eg.shape[view.result(op, j)] for j in range(view.num_results(op))))
-    key = (rw.memo_key, tuple((v, eg.shape[eg.find(c)], eg.dtype[eg.find(c)]) for v, c in b.items()),
-           tuple(sigs[op] for op in ops))
+    # (a class's shape and type are those of every class merged into it (``EGraph.union``): no ``find``)
+    shape_of, dtype_of = eg.shape, eg.dtype
+    key = (rw.memo_key, tuple((v, shape_of[c], dtype_of[c]) for v, c in b.items()), tuple(map(sigs.__getitem__, ops)))
     memo = _LOCAL.get(key)
     if memo is None:
         why, shapes, dst_shapes = RB.local_site(rw, view, ops, b)
