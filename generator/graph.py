@@ -180,14 +180,48 @@ def infer(graph: Graph, input_shapes: Mapping[str, tuple]) -> dict[Ref, tuple]:
     is a precondition no rule assumes."""
     shapes: dict[Ref, tuple] = {k: tuple(v) for k, v in input_shapes.items()}
     for k, op in enumerate(graph.ops):
+        ins = tuple(shapes[r] for r in op.operands)
+        key = None
+        # (an op's result shapes are a function of its kind, attributes, operand shapes and the symbolic
+        # stride, except a split's or a constant's, whose sizes may name other variables' dimensions:
+        # memoized where every dimension is an int, so that the shapes' types are the ones given)
+        if op.name != "split" and op.name not in specs.CONSTANTS and all(type(d) is int for x in ins for d in x):
+            try:
+                key = (op.name, _typed_attrs(op), ins, shapes.get(STRIDE_VAR))
+                outs = _INFERRED.get(key)
+            except TypeError:  # (an unhashable attribute, or a NaN: not memoized)
+                key = outs = None
+            if outs is not None:
+                for j, s in enumerate(outs):
+                    shapes[op_ref(k, j, op.num_results)] = s
+                continue
         a, hint = spec_attrs(op, shapes)
-        ins = [shapes[r] for r in op.operands]
         if op.name in ("ewadd", "ewmul") and ins[0] != ins[1]:
             raise specs.SpecError(f"{op.name}: operand shapes {list(ins[0])} and {list(ins[1])} differ")
-        outs = specs.infer_shapes(op.name, ins, a, hint)
+        outs = [tuple(s) for s in specs.infer_shapes(op.name, ins, a, hint)]
+        if key is not None:
+            if len(_INFERRED) >= 100_000:
+                _INFERRED.clear()
+            _INFERRED[key] = outs
         for j, s in enumerate(outs):
-            shapes[op_ref(k, j, op.num_results)] = tuple(s)
+            shapes[op_ref(k, j, op.num_results)] = s
     return shapes
+
+
+#: (kind, the rule's attributes, operand shapes, symbolic stride) -> result shapes (``infer``: a rewrite's
+#: site check types its source and target at each site's shapes, and the same ops at the same shapes
+#: recur across rules and sites)
+_INFERRED: dict = {}
+_TYPED: dict = {}  # id(op) -> (op, its attributes with their values' types: ``True`` is not ``1``)
+
+
+def _typed_attrs(op: Op) -> tuple:
+    hit = _TYPED.get(id(op))
+    if hit is None or hit[0] is not op:
+        if len(_TYPED) >= 100_000:
+            _TYPED.clear()
+        hit = _TYPED[id(op)] = (op, specs._typed(op.attrs))
+    return hit[1]
 
 
 def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray], relu_surrogate: bool = False,
