@@ -114,7 +114,7 @@ class EGraph:
         """The classes of the results of op ``kind(kids){attrs}``: existing ones where the e-graph has
         the op, else new classes."""
         if not kids:
-            attrs = key_attrs(kind, attrs, kids, shapes)
+            attrs = key_attrs(kind, attrs, kids, shapes, dtype)
         kids = self.canon_kids(kind, kids)
         out = []
         for j, s in enumerate(shapes):
@@ -258,17 +258,19 @@ class EGraph:
         return None if c is None else self.find(c)
 
 
-def key_attrs(kind: str, attrs: tuple, kids: tuple, shapes) -> tuple:
+def key_attrs(kind: str, attrs: tuple, kids: tuple, shapes, dtype: str) -> tuple:
     """An op's attributes as its e-node key holds them: an op of no operands (a constant such as
-    ``const_imatmul``, whose shape is its result type, not an attribute) also holds its result shapes,
-    so that constants of two shapes are two e-nodes. Keys starting with ``@`` are the e-graph's own."""
+    ``const_imatmul``, whose shape and element type are its result type, not attributes) also holds its
+    result shapes and type, so that constants of two shapes or two types are two e-nodes (one e-node
+    made an f32 convolution read the f64 constant of the same shape another site had made, and merged
+    an f32 class with an f64 one). Keys starting with ``@`` are the e-graph's own."""
     if kids or any(a[0] == "@node" for a in attrs) or any(a[0] == "@shape" for a in attrs):
         return attrs
-    return tuple(attrs) + (("@shape", tuple(tuple(s) if s is not None else None for s in shapes)),)
+    return tuple(attrs) + (("@shape", tuple(tuple(s) if s is not None else None for s in shapes)), ("@dtype", dtype))
 
 
 def op_attrs(attrs: tuple) -> dict:
-    """An e-node's attributes without the e-graph's own (``@node``, ``@shape``)."""
+    """An e-node's attributes without the e-graph's own (``@node``, ``@shape``, ``@dtype``)."""
     return {k: v for k, v in attrs if not k.startswith("@")}
 
 

@@ -91,7 +91,7 @@ def _op_key(eg: E.EGraph, n: T.Node, nid: int, cls: dict) -> tuple:
     if n.kind == "arg" or n.kind.startswith("other:") or n.kind == "weight":
         attrs = (("@node", nid),) + tuple(n.attrs)
     else:
-        attrs = E.key_attrs(n.kind, n.attrs, n.operands, list(n.shapes) or [None])
+        attrs = E.key_attrs(n.kind, n.attrs, n.operands, list(n.shapes) or [None], n.dtype)
     return eg.canon((n.kind, attrs, tuple(cls[v] for v in n.operands), 0))[:3]
 
 

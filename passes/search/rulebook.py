@@ -273,6 +273,8 @@ def local_site(rw: Rewrite, view: View, ops: list, b: dict) -> tuple[Optional[st
         if view.dtype(val) not in FLOAT_TYPES:
             return f"{v} is {view.dtype(val)}, rules are proved over real numbers", None, None
         shapes[v] = tuple(s)
+    if len({view.dtype(val) for val in b.values()}) > 1:  # (the target's ops take one element type)
+        return "the variables are of two element types", None, None
     try:
         src_shapes = G.infer(rw.src, shapes)
     except specs.SpecError as e:

@@ -1015,9 +1015,10 @@ def structure(g: TGraph) -> tuple:
             n = g.nodes[nid]
             if n.kind == "arg":
                 memo[nid] = _h(("arg", n.name))
+            elif not n.operands:  # (a constant: its shape and element type are its result type)
+                memo[nid] = _h((n.kind, n.attrs, n.shapes, n.dtype))
             else:
-                memo[nid] = _h((n.kind, n.attrs if n.kind != "weight" else n.attrs,
-                                tuple((h(v[0]), v[1]) for v in n.operands)))
+                memo[nid] = _h((n.kind, n.attrs, tuple((h(v[0]), v[1]) for v in n.operands)))
         return memo[nid]
 
     import sys

@@ -1018,3 +1018,26 @@ def test_a_second_search_process_compiles_no_matchers(tmp_path):
     assert one["eqsat"]["matchers_compiled"] > 0 and two["eqsat"]["matchers_compiled"] == 0
     assert one["cost_after_ms"] == two["cost_after_ms"]
     assert one["eqsat"]["enodes"] == two["eqsat"]["enodes"]
+
+
+def test_constants_of_two_element_types_are_two_e_nodes():
+    """A constant's element type is its result type too: an f32 site must not get the f64 constant another
+    site made (a fuzzed model merged an f32 class with an f64 one so; ``EGraph.union`` now refuses that)."""
+    eg = E.EGraph()
+    a = eg.add_op("const_iconv", (), (), [(1, 1, 3, 3)], "f32")[0]
+    b = eg.add_op("const_iconv", (), (), [(1, 1, 3, 3)], "f64")[0]
+    assert a != b and (eg.dtype[a], eg.dtype[b]) == ("f32", "f64")
+    assert eg.add_op("const_iconv", (), (), [(1, 1, 3, 3)], "f64")[0] == b
+    assert E.op_attrs(next(iter(eg.members[b]))[1]) == {}
+    with pytest.raises(ValueError, match="two types"):
+        eg.union(a, b)
+
+
+def test_a_model_of_two_element_types_is_searched_and_exact(tmp_path):
+    """The fuzzed model of that bug (f32 smul, then Relu in f64 between Casts) under eqsat: it runs, and the
+    output computes what the input does (taso-opt's own numeric check, and onnxruntime here)."""
+    src = ROOT / "test" / "fuzz" / "regressions" / "eqsat-constant-of-two-element-types.onnx"
+    out, rep = tmp_path / "out.onnx", tmp_path / "rep.json"
+    _opt(src, out, f"--pass-pipeline=builtin.module(taso-search{{target=analytic:t4 strategy=eqsat report={rep}}})")
+    assert json.loads(rep.read_text())["functions"][0]["eqsat"]["stop"]
+    _same_numbers(tmp_path, src, out)
