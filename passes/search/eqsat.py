@@ -76,8 +76,11 @@ class EGraph:
         self.members: dict = defaultdict(dict)  # class -> its e-nodes (a dict as an ordered set: deterministic)
         self.nres: dict = {}  # op key (kind, attrs, kids) -> number of results
         self.pending: list = []  # unions not yet propagated by rebuild
+        self.gone: set = set()  # classes merged into another since the last rebuild
+        self.read: set = set()  # classes an e-node's key names (a superset: a class stays once named)
         self.dirty: set = set()  # classes made or merged since ``take_dirty``
         self.age: dict = {}  # e-node -> when it was added (its rank)
+        self.order: dict = {}  # e-node -> its place in ``memo`` (a counter; after a rebuild, the first place)
         self.blocked: set = set()  # e-nodes extraction may not choose (``filter_cycles``)
         self.sigs: dict = {}  # op key -> (its attributes, its result shapes): the site check memo's key (``_apply``)
 
@@ -116,6 +119,7 @@ class EGraph:
         if not kids:
             attrs = key_attrs(kind, attrs, kids, shapes, dtype)
         kids = self.canon_kids(kind, kids)
+        self.read.update(kids)
         out = []
         for j, s in enumerate(shapes):
             n = (kind, attrs, kids, j)
@@ -124,6 +128,7 @@ class EGraph:
                 c = self.new_class(s, dtype)
                 self.dirty.add(c)
                 self.age[n] = len(self.age)
+                self.order[n] = len(self.parent)  # (a class per new e-node: increasing)
                 self.memo[n] = c
                 self.members[c][n] = None
                 self.nres[n[:3]] = len(shapes)
@@ -141,6 +146,7 @@ class EGraph:
             a, b = b, a
         self.parent[b] = a
         self.members[a].update(self.members.pop(b, {}))
+        self.gone.add(b)
         self.pending.append(a)
         self.dirty.add(a)
         return True
@@ -151,30 +157,59 @@ class EGraph:
         return d
 
     def rebuild(self) -> None:
-        """Restore the hash-cons after unions (congruence: ops of equal operands are one op)."""
+        """Restore the hash-cons after unions (congruence: ops of equal operands are one op). The member
+        lists keep the memo's order (``order``). An e-node's key changes only where
+        it names a class merged away since the last rebuild (``gone``): where no key names one (most
+        rounds' unions merge classes the round made, which nothing reads yet), no key changes, no two
+        e-nodes become one, and only the merged classes' members are put back in the memo's order."""
         while self.pending:
+            touched = {self.find(c) for c in self.pending}
             self.pending = []
+            gone = self.gone  # (grows while the pass unions: a key naming such a class is made canonical)
+            if gone.isdisjoint(self.read):
+                order = self.order
+                for a in touched:
+                    ms = self.members[a]
+                    if len(ms) > 1:
+                        self.members[a] = dict.fromkeys(sorted(ms, key=order.__getitem__))
+                continue
+            find, old_age, old_order = self.find, self.age, self.order
             memo: dict = {}
             age: dict = {}
+            order: dict = {}
             for n, c in self.memo.items():
-                n2, c2 = self.canon(n), self.find(c)
-                age[n2] = min(age.get(n2, self.age.get(n, 0)), self.age.get(n, 0))
-                other = memo.get(n2)
-                if other is not None and self.find(other) != c2:
+                a = old_age.get(n, 0)
+                o = old_order[n]
+                if not gone.isdisjoint(n[2]):
+                    # (``n`` may now be another e-node's key: one e-node, in the first one's place, with the
+                    # least age)
+                    n = self.canon(n)
+                    self.read.update(n[2])
+                c2 = find(c)
+                other = memo.get(n)
+                if other is None:
+                    memo[n] = c2
+                    age[n] = a
+                    order[n] = o
+                    continue
+                if find(other) != c2:
                     self.union(other, c2)
-                    c2 = self.find(c2)
-                memo[n2] = c2
+                    c2 = find(c2)
+                memo[n] = c2
+                age[n] = min(age[n], a)
             self.memo = memo
             self.age = age
+            self.order = order
             self.blocked = {self.canon(n) for n in self.blocked}
             members: dict = defaultdict(dict)
             for n, c in memo.items():
-                members[self.find(c)][n] = None
+                members[find(c)][n] = None
             self.members = members
             nres: dict = {}
             for n in memo:
                 nres[n[:3]] = max(nres.get(n[:3], 0), n[3] + 1)
             self.nres = nres
+        self.gone = set()
 
     def filter_cycles(self) -> int:
         """Block, on each cycle of classes through the e-nodes not blocked, the newest e-node on it (TENSAT's
