@@ -123,7 +123,8 @@ def frozen_heap(run: Callable) -> Callable:
 #: the options of taso-search that the search run alone takes (not the report or the latency check)
 SEARCH_PASS_OPTIONS = ("alpha", "budget", "timeout", "window", "target", "cost-model", "rules", "progress",
                        "eqsat-iterations", "eqsat-nodes", "eqsat-time", "eqsat-k-multi", "eqsat-ilp-time",
-                       "eqsat-restarts", "eqsat-chains", "eqsat-step", "eqsat-matches", "eqsat-confirm-time")
+                       "eqsat-restarts", "eqsat-chains", "eqsat-step", "eqsat-matches", "eqsat-confirm-time",
+                       "eqsat-ilp-stall")
 
 
 def run_passes(st: FuncState, passes, after: Optional[dict] = None) -> None:

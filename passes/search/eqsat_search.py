@@ -47,6 +47,7 @@ class Search:
         self.eg, self.cls = E.from_graph(self.g0)
         self.sat = E.Saturation(self.eg, st.rws)
         self.written = False
+        self.stall_s = float(st.opts.get("eqsat-ilp-stall", 1.0))
 
     def saturate(self, lim: E.Limits) -> E.Stats:
         """Rounds until ``lim.iterations`` are done in all (``E.Saturation.run``)."""
@@ -70,7 +71,7 @@ class Search:
             op = _op_key(eg, n, nid, cls)
             original.setdefault(op, nid)
             input_choice.setdefault(eg.find(c), []).append(op + (j,))
-        ex = X.extract(eg, costs, roots, input_choice, ilp_time)
+        ex = X.extract(eg, costs, roots, input_choice, ilp_time, self.stall_s)
         better = ex.cost < min(ex.input_cost, bar) - 1e-12
         new_ops = write(self.f, eg, ex, g0, self.mops, original, cls, costs) if better else 0
         self.written = self.written or better
@@ -156,7 +157,7 @@ def write(f: ir.Operation, eg: E.EGraph, ex: X.Extraction, g0: T.TGraph, mops: l
 
 def _round(rep: dict) -> dict:
     return {k: rep[k] for k in ("input_cost_ms", "cost_ms", "enodes", "saturation_s", "filter_s", "solve_s", "solver_s",
-                                "status", "cycle_cuts",
+                                "status", "bound_ms", "gap", "cycle_cuts",
                                 "blocked", "matches", "applied", "lifted", "stop", "written", "depth", "ilp_limit_s")}
 
 

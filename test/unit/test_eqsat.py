@@ -195,7 +195,7 @@ def _scripted_run(monkeypatch, written: list, opts: dict, built: list = None, li
             w = written[len(depths) - 1]
             cost = 10.0 - len(depths) if w else 10.0 - len([x for x in written[:len(depths)] if x])
             return {"input_cost_ms": cost + (1 if w else 0), "cost_ms": cost, "enodes": 5, "eclasses": 3,
-                    "saturation_s": 0.0, "filter_s": 0.0, "solve_s": took, "solver_s": 0.0, "status": "Optimal", "cycle_cuts": 0, "blocked": 0,
+                    "saturation_s": 0.0, "filter_s": 0.0, "solve_s": took, "solver_s": 0.0, "status": "Optimal", "bound_ms": cost, "gap": 0.0, "cycle_cuts": 0, "blocked": 0,
                     "matches": 1, "applied": 1, "lifted": 0, "stop": "iterations", "written": w, "new_ops": 0,
                     "iterations": self.it, "rejected": {}, "time_s": 0.0}
 
@@ -1041,3 +1041,27 @@ def test_a_model_of_two_element_types_is_searched_and_exact(tmp_path):
     _opt(src, out, f"--pass-pipeline=builtin.module(taso-search{{target=analytic:t4 strategy=eqsat report={rep}}})")
     assert json.loads(rep.read_text())["functions"][0]["eqsat"]["stop"]
     _same_numbers(tmp_path, src, out)
+
+
+def test_a_stalled_integer_program_stops_with_its_best_solution_and_gap(tmp_path):
+    """The fuzzed chain of launch-bound matmuls (every op about 5 us): HiGHS finds its programs' optima
+    within a second and then proves them for many (the first program 7 s, the confirming one past 30 s).
+    With eqsat-ilp-stall a program stops where its best solution is that old and older than the time
+    it took to find it: status Stalled, a bound reported, and the graph exact; without it (0) the first
+    program is proved."""
+    src = ROOT / "test" / "fuzz" / "regressions" / "eqsat-weak-relaxation-chain.onnx"
+    rounds = {}
+    for stall in ("0.5", "0"):
+        out, rep = tmp_path / f"out{stall}.onnx", tmp_path / f"rep{stall}.json"
+        # (one round without restarts: the first program alone, proved or stalled)
+        _opt(src, out, "--pass-pipeline=builtin.module(taso-search{target=analytic:t4 strategy=eqsat "
+             f"eqsat-restarts=0 eqsat-iterations=2 eqsat-ilp-stall={stall} report={rep}}})")
+        rounds[stall] = json.loads(rep.read_text())["functions"][0]["eqsat"]["round_costs"]
+        _same_numbers(tmp_path, src, out)
+    stalled, proved = rounds["0.5"][0], rounds["0"][0]
+    # (``Stalled``; or, where the input or the greedy choice is cheaper than the stalled solution, that
+    # one, and the status says why)
+    assert "Stalled" in stalled["status"] and stalled["solve_s"] < 4, stalled
+    assert proved["status"] == "Optimal" and proved["solve_s"] > stalled["solve_s"], proved
+    # (the stalled solution is no better than the optimum; the bound the report gives is under both)
+    assert stalled["cost_ms"] >= proved["cost_ms"] - 1e-12 and stalled["bound_ms"] <= proved["cost_ms"] + 1e-12
