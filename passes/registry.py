@@ -174,7 +174,7 @@ def search_options() -> tuple:
             "together, 1 s at least each (eqsat-ilp-time and what is left of eqsat-time at most, as every round's); "
             "unproved within it, the graph found stands",
             (lambda v: v > 0, "positive")),
-        PassOption("eqsat-ilp-stall", float, 1.0, "eqsat: an extraction's integer program stops where its best "
+        PassOption("eqsat-ilp-stall", float, 3.0, "eqsat: an extraction's integer program stops where its best "
             "solution is this many seconds old and older than the time it took to find it (the solution stands, "
             "unproved, with its gap; status Stalled); 0: no such stop",
             (lambda v: v >= 0, "0 or more")),

@@ -47,7 +47,7 @@ class Search:
         self.eg, self.cls = E.from_graph(self.g0)
         self.sat = E.Saturation(self.eg, st.rws)
         self.written = False
-        self.stall_s = float(st.opts.get("eqsat-ilp-stall", 1.0))
+        self.stall_s = float(st.opts.get("eqsat-ilp-stall", 3.0))
 
     def saturate(self, lim: E.Limits) -> E.Stats:
         """Rounds until ``lim.iterations`` are done in all (``E.Saturation.run``)."""
