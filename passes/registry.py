@@ -174,9 +174,10 @@ def search_options() -> tuple:
             "together, 1 s at least each (eqsat-ilp-time and what is left of eqsat-time at most, as every round's); "
             "unproved within it, the graph found stands",
             (lambda v: v > 0, "positive")),
-        PassOption("eqsat-ilp-stall", float, 3.0, "eqsat: an extraction's integer program stops where its best "
-            "solution is this many seconds old and older than the time it took to find it (the solution stands, "
-            "unproved, with its gap; status Stalled); 0: no such stop",
+        PassOption("eqsat-ilp-stall", int, 100, "eqsat: an extraction's integer program stops where its best "
+            "solution has stood for this many of HiGHS's interrupt checks and for as many as came before it was "
+            "found (the solution stands, unproved, with its gap; status Stalled; counted in checks, not seconds, "
+            "so a run stays deterministic); 0: no such stop",
             (lambda v: v >= 0, "0 or more")),
         PassOption("eqsat-chains", bool, True, "eqsat: extend each merge of two siblings by the next sibling, "
             "and so on (a merge of k siblings in one e-graph, where TASO's two-op merge rules need k - 1 rounds)"),

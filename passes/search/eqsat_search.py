@@ -47,7 +47,7 @@ class Search:
         self.eg, self.cls = E.from_graph(self.g0)
         self.sat = E.Saturation(self.eg, st.rws)
         self.written = False
-        self.stall_s = float(st.opts.get("eqsat-ilp-stall", 3.0))
+        self.stall = int(st.opts.get("eqsat-ilp-stall", 100))
 
     def saturate(self, lim: E.Limits) -> E.Stats:
         """Rounds until ``lim.iterations`` are done in all (``E.Saturation.run``)."""
@@ -71,7 +71,7 @@ class Search:
             op = _op_key(eg, n, nid, cls)
             original.setdefault(op, nid)
             input_choice.setdefault(eg.find(c), []).append(op + (j,))
-        ex = X.extract(eg, costs, roots, input_choice, ilp_time, self.stall_s)
+        ex = X.extract(eg, costs, roots, input_choice, ilp_time, self.stall)
         better = ex.cost < min(ex.input_cost, bar) - 1e-12
         new_ops = write(self.f, eg, ex, g0, self.mops, original, cls, costs) if better else 0
         self.written = self.written or better

@@ -431,26 +431,28 @@ def relaxation(eg: EGraph, costs: Costs, roots: list) -> float:
     return float(h.getInfo().objective_function_value)
 
 
-def _stall_rule(h, stall_s: float) -> dict:
-    """Have HiGHS stop its integer program where the best solution it has is ``stall_s`` seconds old, and
-    older than the time it took to find it (the run's clock, read at HiGHS's interrupt checks): the
-    solution stands, unproved, with its gap. Where every op costs about the same (launch-bound 8x8
-    matmuls) the relaxation is weak, and HiGHS finds the best solution in a second and then spends
-    half a minute proving it. Returns the rule's state: ``stalled`` says whether it stopped the last
-    run (``reset`` before each run)."""
+def _stall_rule(h, checks: int) -> dict:
+    """Have HiGHS stop its integer program where its best solution has stood for ``checks`` of HiGHS's
+    interrupt checks, and for as many as came before it was found: the solution stands, unproved, with
+    its gap. Counted in checks, not seconds, so that where it stops does not depend on the machine's
+    speed or load (HiGHS on one thread makes them at the same points of its work every run: a run stays a
+    function of its input). Where every op costs about the same (launch-bound 8x8 matmuls) the relaxation
+    is weak, and HiGHS finds the best solution early and then spends half a minute proving it. Returns
+    the rule's state: ``stalled`` says whether it stopped the last run (``reset`` before each run)."""
     import highspy
 
     cb = highspy.cb.HighsCallbackType
-    state = {"best": None, "stalled": False}
+    state = {"n": 0, "best": None, "stalled": False}
 
     def reset():
-        state["best"], state["stalled"] = None, False
+        state["n"], state["best"], state["stalled"] = 0, None, False
 
-    def callback(kind, _message, out, inp, _data):
+    def callback(kind, _message, _out, inp, _data):
         if kind == cb.kCallbackMipImprovingSolution:
-            state["best"] = out.running_time
-        elif kind == cb.kCallbackMipInterrupt and state["best"] is not None:
-            if out.running_time - state["best"] > max(stall_s, state["best"]):
+            state["best"] = state["n"]
+        elif kind == cb.kCallbackMipInterrupt:
+            state["n"] += 1
+            if state["best"] is not None and state["n"] - state["best"] > max(checks, state["best"]):
                 state["stalled"] = True
                 inp.user_interrupt = True
 
@@ -462,11 +464,11 @@ def _stall_rule(h, stall_s: float) -> dict:
 
 
 def ilp(eg: EGraph, costs: Costs, roots: list, time_limit: float = 10.0,
-        max_cuts: int = 50, lp_first: bool = True, stall_s: float = 0.0) -> Optional[Extraction]:
+        max_cuts: int = 50, lp_first: bool = True, stall: int = 0) -> Optional[Extraction]:
     """The optimal acyclic choice (or the best found within ``time_limit``), None if the solver found no
     solution. ``lp_first``: solve the linear relaxation first, and take its optimum where it is integral
-    and acyclic (False: the integer program at once, as a check). ``stall_s`` (0: none): stop where the best
-    solution is that many seconds old and older than the time it took to find it (``_stall_rule``; the
+    and acyclic (False: the integer program at once, as a check). ``stall`` (0: none): stop where the best
+    solution has stood for that many of HiGHS's interrupt checks and as many as came before (``_stall_rule``; the
     status is then ``Stalled``)."""
     import highspy
     import numpy as np
@@ -482,12 +484,12 @@ def ilp(eg: EGraph, costs: Costs, roots: list, time_limit: float = 10.0,
     # root cuts and heuristics (NasRNN's first program: 0.09 s against 0.2 s)
     solver_s = 0.0
 
-    stall = None
+    stalled = None
 
     def run():
         nonlocal solver_s
-        if stall is not None:
-            stall["reset"]()
+        if stalled is not None:
+            stalled["reset"]()
         t = time.monotonic()
         h.run()
         solver_s += time.monotonic() - t
@@ -515,12 +517,12 @@ def ilp(eg: EGraph, costs: Costs, roots: list, time_limit: float = 10.0,
     h.clearSolver()
     h.changeColsIntegrality(nvar, np.arange(nvar, dtype=np.int32),
                             np.array([highspy.HighsVarType.kInteger] * nvar))
-    if stall_s > 0:
-        stall = _stall_rule(h, stall_s)
+    if stall > 0:
+        stalled = _stall_rule(h, stall)
     while True:
         run()
         status = h.modelStatusToString(h.getModelStatus())
-        if stall is not None and stall["stalled"]:
+        if stalled is not None and stalled["stalled"]:
             status = "Stalled"
         info = h.getInfo()
         if info.primal_solution_status != 2:  # no feasible solution
@@ -547,7 +549,7 @@ def ilp(eg: EGraph, costs: Costs, roots: list, time_limit: float = 10.0,
 
 
 def extract(eg: EGraph, costs: Costs, roots: list, input_choice: dict, time_limit: float = 10.0,
-            stall_s: float = 0.0) -> Extraction:
+            stall: int = 0) -> Extraction:
     """The ILP's choice; where it finds none in time, or one dearer than the greedy one or the input's,
     the cheaper of those (the greedy one where acyclic; ``input_choice``: class -> the input graph's
     e-nodes in it). The greedy choice is made only where the ILP's is not proved optimal (no acyclic
@@ -556,7 +558,7 @@ def extract(eg: EGraph, costs: Costs, roots: list, input_choice: dict, time_limi
     t0 = time.monotonic()
     inp, inp_order = walk(eg, roots, lambda c: input_choice.get(eg.find(c), []))
     inp_cost = total(costs, inp, inp_order, roots) if inp is not None else math.inf
-    res = ilp(eg, costs, roots, time_limit, stall_s=stall_s)
+    res = ilp(eg, costs, roots, time_limit, stall=stall)
     proved = res is not None and res.status == "Optimal" and res.cost <= inp_cost + 1e-12
     start, start_order, start_cost = None, None, math.inf
     g = None if proved else greedy(eg, costs, roots)
