@@ -431,36 +431,36 @@ def relaxation(eg: EGraph, costs: Costs, roots: list) -> float:
     return float(h.getInfo().objective_function_value)
 
 
-def _stall_rule(h, checks: int) -> dict:
-    """Have HiGHS stop its integer program where its best solution has stood for ``checks`` of HiGHS's
+class _StallRule:
+    """Has HiGHS stop its integer program where its best solution has stood for ``checks`` of HiGHS's
     interrupt checks, and for as many as came before it was found: the solution stands, unproved, with
     its gap. Counted in checks, not seconds, so that where it stops does not depend on the machine's
     speed or load (HiGHS on one thread makes them at the same points of its work every run: a run stays a
     function of its input). Where every op costs about the same (launch-bound 8x8 matmuls) the relaxation
-    is weak, and HiGHS finds the best solution early and then spends half a minute proving it. Returns
-    the rule's state: ``stalled`` says whether it stopped the last run (``reset`` before each run)."""
-    import highspy
+    is weak, and HiGHS finds the best solution early and then spends half a minute proving it.
+    ``stalled`` says whether the rule stopped the last run (``reset`` before each run)."""
 
-    cb = highspy.cb.HighsCallbackType
-    state = {"n": 0, "best": None, "stalled": False}
+    def __init__(self, h, checks: int):
+        import highspy
 
-    def reset():
-        state["n"], state["best"], state["stalled"] = 0, None, False
+        self.kind = highspy.cb.HighsCallbackType
+        self.checks = checks
+        self.reset()
+        h.setCallback(self._callback, None)
+        h.startCallback(self.kind.kCallbackMipImprovingSolution)
+        h.startCallback(self.kind.kCallbackMipInterrupt)
 
-    def callback(kind, _message, _out, inp, _data):
-        if kind == cb.kCallbackMipImprovingSolution:
-            state["best"] = state["n"]
-        elif kind == cb.kCallbackMipInterrupt:
-            state["n"] += 1
-            if state["best"] is not None and state["n"] - state["best"] > max(checks, state["best"]):
-                state["stalled"] = True
+    def reset(self) -> None:
+        self.n, self.best, self.stalled = 0, None, False
+
+    def _callback(self, kind, _message, _out, inp, _data) -> None:
+        if kind == self.kind.kCallbackMipImprovingSolution:
+            self.best = self.n
+        elif kind == self.kind.kCallbackMipInterrupt:
+            self.n += 1
+            if self.best is not None and self.n - self.best > max(self.checks, self.best):
+                self.stalled = True
                 inp.user_interrupt = True
-
-    h.setCallback(callback, None)
-    h.startCallback(cb.kCallbackMipImprovingSolution)
-    h.startCallback(cb.kCallbackMipInterrupt)
-    state["reset"] = reset
-    return state
 
 
 def ilp(eg: EGraph, costs: Costs, roots: list, time_limit: float = 10.0,
@@ -468,7 +468,7 @@ def ilp(eg: EGraph, costs: Costs, roots: list, time_limit: float = 10.0,
     """The optimal acyclic choice (or the best found within ``time_limit``), None if the solver found no
     solution. ``lp_first``: solve the linear relaxation first, and take its optimum where it is integral
     and acyclic (False: the integer program at once, as a check). ``stall`` (0: none): stop where the best
-    solution has stood for that many of HiGHS's interrupt checks and as many as came before (``_stall_rule``; the
+    solution has stood for that many of HiGHS's interrupt checks and as many as came before (``_StallRule``; the
     status is then ``Stalled``)."""
     import highspy
     import numpy as np
@@ -489,7 +489,7 @@ def ilp(eg: EGraph, costs: Costs, roots: list, time_limit: float = 10.0,
     def run():
         nonlocal solver_s
         if stalled is not None:
-            stalled["reset"]()
+            stalled.reset()
         t = time.monotonic()
         h.run()
         solver_s += time.monotonic() - t
@@ -518,11 +518,11 @@ def ilp(eg: EGraph, costs: Costs, roots: list, time_limit: float = 10.0,
     h.changeColsIntegrality(nvar, np.arange(nvar, dtype=np.int32),
                             np.array([highspy.HighsVarType.kInteger] * nvar))
     if stall > 0:
-        stalled = _stall_rule(h, stall)
+        stalled = _StallRule(h, stall)
     while True:
         run()
         status = h.modelStatusToString(h.getModelStatus())
-        if stalled is not None and stalled["stalled"]:
+        if stalled is not None and stalled.stalled:
             status = "Stalled"
         info = h.getInfo()
         if info.primal_solution_status != 2:  # no feasible solution

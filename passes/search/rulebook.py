@@ -264,16 +264,19 @@ def local_site(rw: Rewrite, view: View, ops: list, b: dict) -> tuple[Optional[st
     shapes: dict = site_env(rw, view, ops)
     if shapes and shapes[G.STRIDE_VAR] not in SYMBOLIC_STRIDES:
         return f"stride {list(shapes[G.STRIDE_VAR])}: the rule's symbolic stride is proved for strides 1 and 2", None, None
+    dtypes = set()
     for v, val in b.items():
         s = view.shape(val)
         if s is None:
             return f"{v} has no static shape", None, None
         if not rw.rank_free and len(s) != rw.gen_ranks[v]:
             return f"{v} has rank {len(s)}, the rule's axes are for rank {rw.gen_ranks[v]}", None, None
-        if view.dtype(val) not in FLOAT_TYPES:
-            return f"{v} is {view.dtype(val)}, rules are proved over real numbers", None, None
+        dtype = view.dtype(val)
+        if dtype not in FLOAT_TYPES:
+            return f"{v} is {dtype}, rules are proved over real numbers", None, None
+        dtypes.add(dtype)
         shapes[v] = tuple(s)
-    if len({view.dtype(val) for val in b.values()}) > 1:  # (the target's ops take one element type)
+    if len(dtypes) > 1:  # (the target's ops take one element type)
         return "the variables are of two element types", None, None
     try:
         src_shapes = G.infer(rw.src, shapes)
