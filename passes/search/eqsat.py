@@ -115,10 +115,15 @@ class EGraph:
 
     def add_op(self, kind: str, attrs: tuple, kids: tuple, shapes: list, dtype: str) -> list:
         """The classes of the results of op ``kind(kids){attrs}``: existing ones where the e-graph has
-        the op, else new classes."""
+        the op, else new classes. ``kids``: classes canonical at the last rebuild or made since (a class
+        merged away before the last rebuild must be ``find``-ed first)."""
         if not kids:
             attrs = key_attrs(kind, attrs, kids, shapes, dtype)
-        kids = self.canon_kids(kind, kids)
+        # (``kids`` are classes canonical at some time since the last rebuild, as every caller's are: one
+        # not merged away since (``gone``) is canonical still)
+        kids = tuple(map(self.find, kids)) if not self.gone.isdisjoint(kids) else tuple(kids)
+        if len(kids) == 2 and kids[1] < kids[0] and kind in RB.COMMUTATIVE:
+            kids = (kids[1], kids[0])
         self.read.update(kids)
         out = []
         for j, s in enumerate(shapes):
@@ -432,12 +437,17 @@ class Index:
         need = dict(need)
         want = [(p, q) for p, q in enumerate(req) if q is not None]
         keep = []
+        agree: dict = {}  # attributes -> whether they have ``need``'s values (many ops share them)
         for o in first.get(kind, ()):
             kids = o[2]
             if len(kids) != n_kids or nres(o, 1) != nres_want:
                 continue
-            if need and not all(need.get(a, v) == v for a, v in o[1]):
-                continue
+            if need:
+                ok = agree.get(o[1])
+                if ok is None:
+                    ok = agree[o[1]] = all(need.get(a, v) == v for a, v in o[1])
+                if not ok:
+                    continue
             if want and not all(q in kinds.get(find(kids[p]), ()) for p, q in want):
                 if not (comm and len(kids) == 2 and all(q in kinds.get(find(kids[1 - p]), ()) for p, q in want)):
                     continue
@@ -463,6 +473,11 @@ class Matcher:
         #: such as an activation; not a symbolic stride or a pads mode): an op whose attribute differs is
         #: not a match (a quick filter: ``check_local`` checks all of them at the site's shapes)
         self.need = [{a: v for a, v in op.attrs if _concrete(op.name, a, v)} for op in src.ops]
+        #: per source op, the attribute values that never pass the site check (``_refused``): a grouped
+        #: convolution's group is not 1
+        self.refuse = [dict(_refused(op.attrs)) for op in src.ops]
+        #: per variable, the rank the site check wants of its value (None: any, a rank-free rewrite)
+        self.rank = {v: None if rw.rank_free else rw.gen_ranks.get(v) for v in _variables(src)}
         #: (reader kind, producer kind) of every edge between two source ops: a match needs each of them
         #: among the e-graph's (``Index.edges``); most rewrites that match nothing fail this test
         self.edges = frozenset((op.name, src.ops[pr[0]].name) for op, refs in zip(src.ops, self.refs)
@@ -504,7 +519,7 @@ class Matcher:
         if self._compiled is None:
             self._compiled = self._compile()
         return self._compiled(eg.find, eg.nres.get, idx.of_class.get, idx.users.get, idx.by_kind, first,
-                              second, cap, deadline, self.agree)
+                              second, cap, deadline, self.agree, eg.shape)
 
     def _compile(self):
         """The join of ``matches_generic`` as one Python function of nested loops for this rewrite's
@@ -529,8 +544,9 @@ class Matcher:
             hit = _BY_STRUCTURE[key] = (make, [canon[v] for v in bound])
         make, order = hit
         actual = {c: v for v, c in canon.items()}
-        return make(*[op.name for op in src.ops], *self.need, *[op.name in RB.COMMUTATIVE for op in src.ops],
-                    *[actual[c] for c in order])
+        return make(*[op.name for op in src.ops], *self.need, *self.refuse,
+                    *[op.name in RB.COMMUTATIVE for op in src.ops], *[actual[c] for c in order],
+                    *[self.rank[actual[c]] for c in order])
 
     def _structure(self) -> tuple[tuple, dict]:
         """What the join's code depends on: the roots, and per source op its result count and operands
@@ -574,7 +590,7 @@ class Matcher:
             # (an op of no concrete attribute has N{k} = {}: it agrees)
             emit(depth, f"ok = agree.get(({k}, o{k}[1]))")
             emit(depth, "if ok is None:")
-            emit(depth + 1, f"ok = agree[({k}, o{k}[1])] = all(N{k}.get(a, v) == v for a, v in o{k}[1])")
+            emit(depth + 1, f"ok = agree[({k}, o{k}[1])] = all(N{k}.get(a, v) == v and R{k}.get(a, None) != v for a, v in o{k}[1])")
             emit(depth, "if not ok:")
             emit(depth + 1, "continue")
             bound_ops.append(k)
@@ -600,6 +616,8 @@ class Matcher:
                     emit(depth, f"if {c} == {bound_vars[ref]}:")
                     operand(depth + 1, k, p + 1, then)
                 else:
+                    emit(depth, f"if Q{len(bound_vars)} is not None and len(shape[{c}] or ()) != Q{len(bound_vars)}:")
+                    emit(depth + 1, "continue")
                     bound_vars[ref] = c
                     operand(depth, k, p + 1, then)
                 return
@@ -638,7 +656,7 @@ class Matcher:
             tick(depth + 1)
             bind(depth + 1, k, lambda d: root(d, i + 1))
 
-        emit(1, "def match(find, nres, of_class, users, by_kind, first, second, cap, deadline, agree):")
+        emit(1, "def match(find, nres, of_class, users, by_kind, first, second, cap, deadline, agree, shape):")
         emit(2, "out = []")
         emit(2, "if cap <= 0:")
         emit(3, "return out")
@@ -647,8 +665,9 @@ class Matcher:
         emit(2, "return out")
         emit(1, "return match")
         n = len(src.ops)
-        params = ([f"K{k}" for k in range(n)] + [f"N{k}" for k in range(n)] + [f"C{k}" for k in range(n)]
-                  + [f"V{i}" for i in range(len(bound_vars))])
+        params = ([f"K{k}" for k in range(n)] + [f"N{k}" for k in range(n)] + [f"R{k}" for k in range(n)]
+                  + [f"C{k}" for k in range(n)] + [f"V{i}" for i in range(len(bound_vars))]
+                  + [f"Q{i}" for i in range(len(bound_vars))])
         text = "\n".join([f"def make({', '.join(params)}):"] + lines)
         return text, list(bound_vars)
 
@@ -657,7 +676,7 @@ class Matcher:
         """``matches``, interpreted: a backtracking join over the source's structure."""
         src = self.rw.src
         refs = self.refs
-        need, agree = self.need, self.agree
+        need, refuse, agree, rank = self.need, self.refuse, self.agree, self.rank
         if first is None:
             first = near if (near is not None and len(self.roots) == 1) else idx.by_kind
         out = []
@@ -674,10 +693,11 @@ class Matcher:
             rop = src.ops[k]
             if eg.nres.get(op, 1) != rop.num_results or len(op[2]) != len(rop.operands):
                 return
-            if need[k]:
+            if need[k] or refuse[k]:
                 ok = agree.get((k, op[1]))
                 if ok is None:
-                    ok = agree[(k, op[1])] = all(need[k].get(a, v) == v for a, v in op[1])
+                    ok = agree[(k, op[1])] = all(need[k].get(a, v) == v and refuse[k].get(a, None) != v
+                                                 for a, v in op[1])
                 if not ok:
                     return
             for kids in RB.operand_orders(rop.name, op[2]):
@@ -706,6 +726,8 @@ class Matcher:
                     if have == c:
                         operand(k, p + 1, kids, ops, b, then)
                     return
+                if rank[ref] is not None and len(eg.shape[c] or ()) != rank[ref]:
+                    return  # (the site check refuses it: ``Matcher.rank``)
                 b2 = dict(b)
                 b2[ref] = c
                 operand(k, p + 1, kids, ops, b2, then)
@@ -871,6 +893,17 @@ def matcher(rw: RB.Rewrite) -> Matcher:
     return _per_rewrite(_MATCHERS, rw, Matcher)
 
 
+def _refused(attrs: tuple) -> list:
+    """A source op's attribute values that the site check refuses at every site: a ``grouped``
+    convolution's group is its operands' channel ratio and not 1 (``graph.spec_attrs``)."""
+    return [("group", 1)] if ("group", "grouped") in attrs else []
+
+
+def _variables(pattern) -> list:
+    """A pattern's variables (the operands that are no op's result)."""
+    return list(dict.fromkeys(r for op in pattern.ops for r in op.operands if G.parse_ref(r) is None))
+
+
 def _concrete(kind: str, attr: str, v) -> bool:
     if isinstance(v, bool):
         return False
@@ -910,6 +943,7 @@ class Saturation:
         self.rewrites = distinct_rewrites(rewrites) if distinct else rewrites
         self.log = log
         self.seen: set = set()  # matches tried (applied, or refused by the site check), canonical
+        self.tried: dict = {}  # (kinds present, multi-output rewrites too) -> (rewrite, matcher) to try
         self.depth = max((len(rw.src.ops) for rw in rewrites), default=1)
         self.it = 0  # rounds done
         self.done = False  # saturated (a round changed nothing): more rounds change nothing either
@@ -936,12 +970,13 @@ class Saturation:
             else:
                 eg.take_dirty()
             found_all = []
-            for rw in self.rewrites:  # read: every rewrite's matches in the e-graph as the round began
-                if len(rw.src.outputs) > 1 and it >= limits.k_multi:
-                    continue
-                if not RB.kinds_ok(rw, present):
-                    continue
-                m = matcher(rw)  # (made for the rewrites whose kinds a round has: few of them)
+            multi = it < limits.k_multi
+            key = (frozenset(present), multi)
+            tried = self.tried.get(key)
+            if tried is None:  # (the rewrites whose kinds the e-graph has: few, and the same most rounds)
+                tried = self.tried[key] = [(rw, matcher(rw)) for rw in self.rewrites
+                                           if (multi or len(rw.src.outputs) == 1) and RB.kinds_ok(rw, present)]
+            for rw, m in tried:  # read: every rewrite's matches in the e-graph as the round began
                 if not m.edges <= idx.edges:
                     continue
                 found = m.matches(eg, idx, limits.matches_per_rewrite, near, t0 + limits.time_s)
@@ -951,14 +986,18 @@ class Saturation:
                     break
             changed = False
             chains: list = []  # (matcher, the merged op, the id of the last sibling in it)
-            find, canon_op = eg.find, eg.canon_op
+            find, canon_op, gone = eg.find, eg.canon_op, eg.gone
             for rw, m, found in found_all:  # write: apply them
                 starts = _chain_starts(eg, m, found) if limits.chains and len(m.roots) == 2 else {}
                 for i, (ops, b) in enumerate(found):
                     # (canonical now: two matches that unions since the round began made one are tried
                     # once; the variables' classes in the order the rewrite's join binds them, one order
-                    # per rewrite, so no sorting by name)
-                    key = (rw.id, tuple(map(canon_op, ops)), tuple(map(find, b.values())))
+                    # per rewrite, so no sorting by name. The keys were canonical as the round began, so
+                    # a key none of whose classes was merged away since is canonical as it is)
+                    if all(map(gone.isdisjoint, [op[2] for op in ops])):
+                        key = (rw.id, ops, tuple(b.values()))
+                    else:
+                        key = (rw.id, tuple(map(canon_op, ops)), tuple(map(find, b.values())))
                     if key in seen:
                         continue
                     seen.add(key)
@@ -1168,7 +1207,9 @@ def _apply(eg: EGraph, view: EView, rw: RB.Rewrite, ops: list, b: dict, st: Stat
             sigs[op] = (op[1], tuple(eg.shape[view.result(op, j)] for j in range(view.num_results(op))))
     # (a class's shape and type are those of every class merged into it (``EGraph.union``): no ``find``)
     shape_of, dtype_of = eg.shape, eg.dtype
-    key = (rw.memo_key, tuple((v, shape_of[c], dtype_of[c]) for v, c in b.items()), tuple(map(sigs.__getitem__, ops)))
+    bv = b.values()
+    key = (rw.memo_key, tuple(zip(b, map(shape_of.__getitem__, bv), map(dtype_of.__getitem__, bv))),
+           tuple(map(sigs.__getitem__, ops)))
     memo = _LOCAL.get(key)
     if memo is None:
         why, shapes, dst_shapes = RB.local_site(rw, view, ops, b)
