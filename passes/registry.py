@@ -152,7 +152,7 @@ def search_options() -> tuple:
             (lambda v: v in ("backtracking", "eqsat", "best"), "backtracking, eqsat or best")),
         PassOption("eqsat-iterations", int, 4, "eqsat: saturation rounds at most",
             (lambda v: 1 <= v <= 100, "between 1 and 100")),
-        PassOption("eqsat-step", int, 2, "eqsat: saturation rounds of each restart's e-graph while the cost drops; "
+        PassOption("eqsat-step", int, 1, "eqsat: saturation rounds of each restart's e-graph while the cost drops; "
             "a restart that finds nothing cheaper is saturated on to eqsat-iterations before the search stops "
             "(eqsat-iterations or more: every e-graph to eqsat-iterations)",
             (lambda v: 1 <= v <= 100, "between 1 and 100")),

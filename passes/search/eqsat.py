@@ -494,6 +494,34 @@ class Matcher:
         self.agree: dict = {}  # (source op, attributes) -> whether they agree (``need``)
         self._compiled = None
         self._root_key = None
+        self._source_key = None
+
+    @property
+    def source_key(self) -> tuple:
+        """What the join's matches depend on: the source's structure (variables numbered by first use),
+        kinds, concrete and refused attributes, and the variables' ranks. Rewrites of one source key (a
+        rule's two directions share none, but rules of one source and several targets do: 2,525 rewrite
+        forms have 1,994 sources) find the same matches, up to their variables' names (``renamed``)."""
+        if self._source_key is None:
+            structure, numbers = self._structure()
+            self._numbers = numbers
+            self._source_key = (structure, tuple(op.name for op in self.rw.src.ops),
+                                tuple(tuple(sorted(n.items())) for n in self.need),
+                                tuple(tuple(sorted(r.items())) for r in self.refuse),
+                                tuple(self.rank[v] for v in sorted(numbers, key=numbers.get)))
+        return self._source_key
+
+    def renamed(self, other: "Matcher", found: list) -> list:
+        """``other``'s matches (of this matcher's ``source_key``) with this source's variable names."""
+        if not found:
+            return found
+        assert other.source_key == self.source_key
+        names = {n: v for v, n in self._numbers.items()}
+        theirs = list(found[0][1])  # (every match binds its variables in the join's one order)
+        mine = [names[other._numbers[v]] for v in theirs]
+        if mine == theirs:
+            return found
+        return [(ops, dict(zip(mine, b.values()))) for ops, b in found]
 
     @property
     def root_key(self) -> tuple:
@@ -976,10 +1004,16 @@ class Saturation:
             if tried is None:  # (the rewrites whose kinds the e-graph has: few, and the same most rounds)
                 tried = self.tried[key] = [(rw, matcher(rw)) for rw in self.rewrites
                                            if (multi or len(rw.src.outputs) == 1) and RB.kinds_ok(rw, present)]
+            shared: dict = {}  # source key -> (the first matcher of that source, its matches)
             for rw, m in tried:  # read: every rewrite's matches in the e-graph as the round began
                 if not m.edges <= idx.edges:
                     continue
-                found = m.matches(eg, idx, limits.matches_per_rewrite, near, t0 + limits.time_s)
+                hit = shared.get(m.source_key)
+                if hit is None:
+                    found = m.matches(eg, idx, limits.matches_per_rewrite, near, t0 + limits.time_s)
+                    shared[m.source_key] = (m, found)
+                else:
+                    found = m.renamed(*hit)
                 st.matches += len(found)
                 found_all.append((rw, m, found))
                 if time.monotonic() - t0 > limits.time_s:

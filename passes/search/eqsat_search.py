@@ -165,7 +165,7 @@ def _round(rep: dict) -> dict:
 def _run(st: FuncState) -> None:
     lim = limits_of(st.opts)
     restarts = int(st.opts.get("eqsat-restarts", 8))
-    step = min(lim.iterations, int(st.opts.get("eqsat-step", 2)))
+    step = min(lim.iterations, int(st.opts.get("eqsat-step", 1)))
     ilp_time = float(st.opts.get("eqsat-ilp-time", 30.0))
     confirm = float(st.opts.get("eqsat-confirm-time", 1.0))
     # (the rewrites of distinct forms: made once a process with the rules, as their loading, before the

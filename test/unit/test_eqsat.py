@@ -1085,9 +1085,9 @@ def test_a_stalled_integer_program_stops_with_its_best_solution_and_gap(tmp_path
     rounds, outs = {}, {}
     for stall in ("100", "100", "0"):
         out, rep = tmp_path / f"out{stall}.onnx", tmp_path / f"rep{stall}.json"
-        # (one round without restarts: the first program alone, proved or stalled)
+        # (one e-graph of two rounds without restarts: the first program alone, proved or stalled)
         _opt(src, out, "--pass-pipeline=builtin.module(taso-search{target=analytic:t4 strategy=eqsat "
-             f"eqsat-restarts=0 eqsat-iterations=2 eqsat-ilp-stall={stall} report={rep}}})")
+             f"eqsat-restarts=0 eqsat-iterations=2 eqsat-step=2 eqsat-ilp-stall={stall} report={rep}}})")
         rounds[stall] = json.loads(rep.read_text())["functions"][0]["eqsat"]["round_costs"]
         outs.setdefault(stall, []).append(out.read_bytes())
         _same_numbers(tmp_path, src, out)
@@ -1135,3 +1135,33 @@ def test_every_key_is_canonical_when_a_round_begins(name, monkeypatch):
     assert len(checked) == st.iterations and keys and all(keys)
     if name in ("fire_merge", "merge_four_matmuls"):  # (e-graphs that grow for three rounds)
         assert len(checked) == 3 and checked[-1] > checked[0]
+
+
+@pytest.mark.parametrize("name", ["fire_merge", "merge_four_matmuls", "merge_biased_linears"])
+def test_rewrites_of_one_source_share_its_matches(name):
+    """A round matches each source once (``Matcher.source_key``) and hands its matches to the other
+    rewrites of that source under their variables' names (``Matcher.renamed``): what each would find
+    itself, in the same order, on e-graphs of 0 to 2 rounds; and some sources are shared."""
+    from taso_mlir.passes.search import taso_search
+
+    rws = E.distinct_rewrites(taso_search.rewrites())
+    eg, _cls = E.from_graph(_graph(name))
+    shared = renamed = 0
+    for _round in range(3):
+        idx = E.Index(eg)
+        first: dict = {}
+        for rw in rws:
+            m = E.Matcher(rw)
+            own = m.matches(eg, idx, 10**6)
+            hit = first.get(m.source_key)
+            if hit is None:
+                first[m.source_key] = (m, own)
+                continue
+            got = m.renamed(*hit)
+            assert got == own, rw.id
+            shared += 1
+            renamed += bool(own) and list(own[0][1]) != list(hit[1][0][1]) if hit[1] else 0
+        E.saturate(eg, rws, E.Limits(iterations=1))
+    assert shared > 0
+    if name == "fire_merge":  # (B0001f's kernel c1 and B0004f's c3: one source, two names)
+        assert renamed > 0
