@@ -108,10 +108,7 @@ class EGraph:
         return (op[0], op[1], self.canon_kids(op[0], op[2]))
 
     def canon_kids(self, kind: str, kids: tuple) -> tuple:
-        kids = tuple(map(self.find, kids))
-        if len(kids) == 2 and kids[1] < kids[0] and kind in RB.COMMUTATIVE:
-            kids = (kids[1], kids[0])
-        return kids
+        return _in_order(kind, tuple(map(self.find, kids)))
 
     def add_op(self, kind: str, attrs: tuple, kids: tuple, shapes: list, dtype: str) -> list:
         """The classes of the results of op ``kind(kids){attrs}``: existing ones where the e-graph has
@@ -121,9 +118,7 @@ class EGraph:
             attrs = key_attrs(kind, attrs, kids, shapes, dtype)
         # (``kids`` are classes canonical at some time since the last rebuild, as every caller's are: one
         # not merged away since (``gone``) is canonical still)
-        kids = tuple(map(self.find, kids)) if not self.gone.isdisjoint(kids) else tuple(kids)
-        if len(kids) == 2 and kids[1] < kids[0] and kind in RB.COMMUTATIVE:
-            kids = (kids[1], kids[0])
+        kids = _in_order(kind, tuple(map(self.find, kids)) if not self.gone.isdisjoint(kids) else tuple(kids))
         self.read.update(kids)
         out = []
         for j, s in enumerate(shapes):
@@ -296,6 +291,13 @@ class EGraph:
         if c is None:
             c = self.memo.get(self.canon(op + (j,)))
         return None if c is None else self.find(c)
+
+
+def _in_order(kind: str, kids: tuple) -> tuple:
+    """A commutative op's two operand classes in the key's order (the smaller first)."""
+    if len(kids) == 2 and kids[1] < kids[0] and kind in RB.COMMUTATIVE:
+        return (kids[1], kids[0])
+    return kids
 
 
 def key_attrs(kind: str, attrs: tuple, kids: tuple, shapes, dtype: str) -> tuple:
@@ -477,7 +479,8 @@ class Matcher:
         #: convolution's group is not 1
         self.refuse = [dict(_refused(op.attrs)) for op in src.ops]
         #: per variable, the rank the site check wants of its value (None: any, a rank-free rewrite)
-        self.rank = {v: None if rw.rank_free else rw.gen_ranks.get(v) for v in _variables(src)}
+        self.rank = {r: None if rw.rank_free else rw.gen_ranks.get(r)
+                     for op, refs in zip(src.ops, self.refs) for r, pr in zip(op.operands, refs) if pr is None}
         #: (reader kind, producer kind) of every edge between two source ops: a match needs each of them
         #: among the e-graph's (``Index.edges``); most rewrites that match nothing fail this test
         self.edges = frozenset((op.name, src.ops[pr[0]].name) for op, refs in zip(src.ops, self.refs)
@@ -925,11 +928,6 @@ def _refused(attrs: tuple) -> list:
     """A source op's attribute values that the site check refuses at every site: a ``grouped``
     convolution's group is its operands' channel ratio and not 1 (``graph.spec_attrs``)."""
     return [("group", 1)] if ("group", "grouped") in attrs else []
-
-
-def _variables(pattern) -> list:
-    """A pattern's variables (the operands that are no op's result)."""
-    return list(dict.fromkeys(r for op in pattern.ops for r in op.operands if G.parse_ref(r) is None))
 
 
 def _concrete(kind: str, attr: str, v) -> bool:
