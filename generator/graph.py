@@ -150,27 +150,77 @@ def has_symbolic_stride(*graphs: Graph) -> bool:
 def spec_attrs(op: Op, shapes: Mapping[Ref, tuple]) -> tuple[dict, list | None]:
     """The op's attributes for ``dialect.specs`` (symbolic dims resolved) and a result-shape hint."""
     a = dict(op.attrs)
+    resolved, hint = _resolve(op, a, shapes)
+    a.update(resolved)
+    if hint is not None:
+        del a["shape"]
+    return a, hint
+
+
+def _resolve(op: Op, a: dict, shapes: Mapping[Ref, tuple]) -> tuple[dict, list | None]:
+    """What ``spec_attrs`` resolves from the shapes: the symbolic attributes' values (``a``: the op's
+    attributes as a dict), and a constant's result-shape hint."""
+    out: dict = {}
     hint = None
     if a.get("pads") == "same":  # symmetric (k-1)/2 padding for the op's odd kernel
         k = shapes[op.operands[1]][2:] if op.name == "conv2d" else a["kernel_shape"]
         if len(k) != 2 or k[0] % 2 == 0 or k[1] % 2 == 0:
             raise specs.SpecError(f"{op.name}: 'same' padding needs an odd kernel, got {list(k)}")
-        a["pads"] = (k[0] // 2, k[1] // 2, k[0] // 2, k[1] // 2)
+        out["pads"] = (k[0] // 2, k[1] // 2, k[0] // 2, k[1] // 2)
     if a.get("group") == "grouped":  # group = C_in(input) / C_in(weight), and not 1
         x, w = shapes[op.operands[0]], shapes[op.operands[1]]
         if len(x) != 4 or len(w) != 4 or w[1] == 0 or x[1] % w[1] or x[1] == w[1]:
             raise specs.SpecError(f"conv2d: a grouped rule conv needs input channels a multiple > 1 of the "
                                   f"weight's, got {list(x)} and {list(w)}")
-        a["group"] = x[1] // w[1]
+        out["group"] = x[1] // w[1]
     if a.get("strides") == "s":
         if STRIDE_VAR not in shapes:
             raise specs.SpecError(f"{op.name}: the rule's symbolic stride is not bound")
-        a["strides"] = tuple(shapes[STRIDE_VAR])
+        out["strides"] = tuple(shapes[STRIDE_VAR])
     if op.name == "split":
-        a["sizes"] = tuple(_resolve_dim(d, shapes) for d in a["sizes"])
+        out["sizes"] = tuple(_resolve_dim(d, shapes) for d in a["sizes"])
     elif op.name in specs.CONSTANTS:
-        hint = [tuple(_resolve_dim(d, shapes) for d in a.pop("shape"))]
-    return a, hint
+        hint = [tuple(_resolve_dim(d, shapes) for d in a["shape"])]
+    return out, hint
+
+
+def rule_attrs(op: Op, shapes: Mapping[Ref, tuple]) -> dict:
+    """The op's complete attributes at these shapes (``spec_attrs`` completed by its spec, list values
+    as tuples), as a site check compares them with a matched op's and gives them to a target op. Memoized
+    per op (by identity: a rule's ops live as long as the rulebook) and the values resolved from the
+    shapes (the rule's own attributes are the same at every site, and completing them took a fifth of a
+    site check). The dict is shared: read it, do not change it. Raises ``specs.SpecError`` as
+    ``spec_attrs`` and ``complete_attrs`` do."""
+    base = _OP_ATTRS.get(id(op))
+    if base is None or base[0] is not op:
+        if len(_OP_ATTRS) >= 100_000:
+            _OP_ATTRS.clear()
+        base = _OP_ATTRS[id(op)] = (op, dict(op.attrs))
+    a = base[1]
+    resolved, hint = _resolve(op, a, shapes)
+    try:
+        key = (id(op), tuple(resolved.items()), None if hint is None else tuple(hint))
+        hit = _RULE_ATTRS.get(key)
+    except TypeError:  # (an unhashable value)
+        key = hit = None
+    if hit is not None and hit[0] is op:
+        return hit[1]
+    full = dict(a)
+    full.update(resolved)
+    if hint is not None:
+        del full["shape"]
+    full = specs.spec(op.name).complete_attrs(full)
+    full = {n: tuple(x) if isinstance(x, (list, tuple)) else x for n, x in full.items()}
+    if key is not None:
+        if len(_RULE_ATTRS) >= 100_000:
+            _RULE_ATTRS.clear()
+        _RULE_ATTRS[key] = (op, full)
+    return full
+
+
+_OP_ATTRS: dict = {}  # id(op) -> (op, its attributes as a dict)
+#: (id(op), the values resolved from the shapes, the hint) -> (op, its complete attributes): ``rule_attrs``
+_RULE_ATTRS: dict = {}
 
 
 def infer(graph: Graph, input_shapes: Mapping[str, tuple]) -> dict[Ref, tuple]:

@@ -283,9 +283,7 @@ def local_site(rw: Rewrite, view: View, ops: list, b: dict) -> tuple[Optional[st
     except specs.SpecError as e:
         return f"source does not type-check: {e}", None, None
     for k, rop in enumerate(rw.src.ops):
-        a, hint = G.spec_attrs(rop, src_shapes)
-        want = specs.spec(rop.name).complete_attrs(a)
-        want = {n: tuple(x) if isinstance(x, (list, tuple)) else x for n, x in want.items()}
+        want = G.rule_attrs(rop, src_shapes)
         have = view.attrs(ops[k])
         if want != have:
             diff = sorted(n for n in set(want) | set(have) if want.get(n) != have.get(n))
@@ -342,9 +340,7 @@ def dst_op_attrs(rw: Rewrite, shapes: dict, all_shapes: Optional[dict] = None) -
         all_shapes = G.infer(rw.dst, shapes)
     out = []
     for k, op in enumerate(rw.dst.ops):
-        a, _hint = G.spec_attrs(op, all_shapes)
-        full = specs.spec(op.name).complete_attrs(a)
-        full = {n: tuple(x) if isinstance(x, (list, tuple)) else x for n, x in full.items()}
+        full = dict(G.rule_attrs(op, all_shapes))
         outs = [all_shapes[G.op_ref(k, j, op.num_results)] for j in range(op.num_results)]
         out.append((full, outs))
     return out
