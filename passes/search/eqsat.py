@@ -119,12 +119,16 @@ class EGraph:
         # (``kids`` are classes canonical at some time since the last rebuild, as every caller's are: one
         # not merged away since (``gone``) is canonical still)
         kids = _in_order(kind, tuple(map(self.find, kids)) if not self.gone.isdisjoint(kids) else tuple(kids))
-        self.read.update(kids)
+        if len(shapes) == 1:  # (most ops; most of them found: an e-node made before names read classes)
+            c = self.memo.get((kind, attrs, kids, 0))
+            if c is not None:
+                return [self.find(c)]
         out = []
         for j, s in enumerate(shapes):
             n = (kind, attrs, kids, j)
             c = self.memo.get(n)
             if c is None:
+                self.read.update(kids)
                 c = self.new_class(s, dtype)
                 self.dirty.add(c)
                 self.age[n] = len(self.age)
@@ -1246,20 +1250,23 @@ def _apply(eg: EGraph, view: EView, rw: RB.Rewrite, ops: list, b: dict, st: Stat
     if memo is None:
         why, shapes, dst_shapes = RB.local_site(rw, view, ops, b)
         dst = None
-        if why is None:
-            dst = [(T.attrs_tuple(full), [tuple(s) for s in outs])
-                   for full, outs in RB.dst_op_attrs(rw, shapes, dst_shapes)]
+        if why is None:  # (per target op: kind, attributes, result shapes, operand refs; and the outputs)
+            dst_ops, outs_plan = _plan(rw)
+            dst = ([(name, T.attrs_tuple(full), [tuple(s) for s in outs], refs)
+                    for (full, outs), (name, refs) in zip(RB.dst_op_attrs(rw, shapes, dst_shapes), dst_ops)],
+                   outs_plan)
         memo = _LOCAL[key] = (why, dst)
     why, dst = memo
     if why is not None:
         st.rejected[why.split(":")[0][:60]] += 1
         return False
-    dtype = eg.dtype[eg.find(next(iter(b.values())))] if b else eg.dtype[eg.result_class(ops[0], 0)]
-    dst_ops, outs_plan = _plan(rw)
+    dtype = dtype_of[next(iter(bv))] if b else eg.dtype[eg.result_class(ops[0], 0)]
+    steps, outs_plan = dst
+    add = eg.add_op
     made: list = []
-    for (attrs, outs), (name, refs) in zip(dst, dst_ops):
-        kids = tuple(b[ref] if pr is None else made[pr[0]][pr[1]] for ref, pr in refs)
-        made.append(eg.add_op(name, attrs, kids, outs, dtype))
+    for name, attrs, outs, refs in steps:
+        kids = tuple([b[ref] if pr is None else made[pr[0]][pr[1]] for ref, pr in refs])
+        made.append(add(name, attrs, kids, outs, dtype))
         if made_ops is not None:
             made_ops.append((name, attrs, kids))
     changed = False
