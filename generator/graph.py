@@ -229,21 +229,22 @@ def infer(graph: Graph, input_shapes: Mapping[str, tuple]) -> dict[Ref, tuple]:
     Elementwise ops must have equal operand shapes here (TASO's same-shape operators): broadcasting
     is a precondition no rule assumes."""
     shapes: dict[Ref, tuple] = {k: tuple(v) for k, v in input_shapes.items()}
-    for k, op in enumerate(graph.ops):
-        ins = tuple(shapes[r] for r in op.operands)
+    # (an op's result shapes are a function of its kind, attributes, operand shapes and the symbolic
+    # stride, except a split's or a constant's, whose sizes may name other variables' dimensions:
+    # memoized where every dimension is an int, so that the shapes' types are the ones given. The
+    # dimensions are checked once, the inputs' here and each op's results where it is inferred: the
+    # memo's hold ints)
+    ints = all(type(d) is int for s in shapes.values() for d in s)
+    stride = shapes.get(STRIDE_VAR)
+    for k, (op, typed, results) in enumerate(_infer_plan(graph)):
+        ins = tuple([shapes[r] for r in op.operands])
         key = None
-        # (an op's result shapes are a function of its kind, attributes, operand shapes and the symbolic
-        # stride, except a split's or a constant's, whose sizes may name other variables' dimensions:
-        # memoized where every dimension is an int, so that the shapes' types are the ones given)
-        if op.name != "split" and op.name not in specs.CONSTANTS and all(type(d) is int for x in ins for d in x):
-            try:
-                key = (op.name, _typed_attrs(op), ins, shapes.get(STRIDE_VAR))
-                outs = _INFERRED.get(key)
-            except TypeError:  # (an unhashable attribute, or a NaN: not memoized)
-                key = outs = None
+        if ints and typed is not None:
+            key = (op.name, typed, ins, stride)
+            outs = _INFERRED.get(key)
             if outs is not None:
-                for j, s in enumerate(outs):
-                    shapes[op_ref(k, j, op.num_results)] = s
+                for r, s in zip(results, outs):
+                    shapes[r] = s
                 continue
         a, hint = spec_attrs(op, shapes)
         if op.name in ("ewadd", "ewmul") and ins[0] != ins[1]:
@@ -253,6 +254,8 @@ def infer(graph: Graph, input_shapes: Mapping[str, tuple]) -> dict[Ref, tuple]:
             if len(_INFERRED) >= 100_000:
                 _INFERRED.clear()
             _INFERRED[key] = outs
+        if ints:
+            ints = all(type(d) is int for s in outs for d in s)
         for j, s in enumerate(outs):
             shapes[op_ref(k, j, op.num_results)] = s
     return shapes
@@ -262,15 +265,27 @@ def infer(graph: Graph, input_shapes: Mapping[str, tuple]) -> dict[Ref, tuple]:
 #: site check types its source and target at each site's shapes, and the same ops at the same shapes
 #: recur across rules and sites)
 _INFERRED: dict = {}
-_TYPED: dict = {}  # id(op) -> (op, its attributes with their values' types: ``True`` is not ``1``)
+_PLAN: dict = {}  # id(graph) -> (graph, per op: (op, its attributes with their values' types or None, result refs))
 
 
-def _typed_attrs(op: Op) -> tuple:
-    hit = _TYPED.get(id(op))
-    if hit is None or hit[0] is not op:
-        if len(_TYPED) >= 100_000:
-            _TYPED.clear()
-        hit = _TYPED[id(op)] = (op, specs._typed(op.attrs))
+def _infer_plan(graph: Graph) -> list:
+    """Per op of ``graph``: the op, its attributes typed as the memo's key has them (``True`` is not ``1``;
+    None: not memoized: a split, a constant, an attribute that cannot be a key), its results' refs."""
+    hit = _PLAN.get(id(graph))
+    if hit is None or hit[0] is not graph:
+        plan = []
+        for k, op in enumerate(graph.ops):
+            typed = None
+            if op.name != "split" and op.name not in specs.CONSTANTS:
+                try:
+                    typed = specs._typed(op.attrs)
+                    hash(typed)
+                except TypeError:  # (an unhashable attribute, or a NaN)
+                    typed = None
+            plan.append((op, typed, [op_ref(k, j, op.num_results) for j in range(op.num_results)]))
+        if len(_PLAN) >= 100_000:
+            _PLAN.clear()
+        hit = _PLAN[id(graph)] = (graph, plan)
     return hit[1]
 
 

@@ -973,7 +973,6 @@ class Saturation:
         self.rewrites = distinct_rewrites(rewrites) if distinct else rewrites
         self.log = log
         self.seen: set = set()  # matches tried (applied, or refused by the site check), canonical
-        self.tried: dict = {}  # (kinds present, multi-output rewrites too) -> (rewrite, matcher) to try
         self.depth = max((len(rw.src.ops) for rw in rewrites), default=1)
         self.it = 0  # rounds done
         self.done = False  # saturated (a round changed nothing): more rounds change nothing either
@@ -1001,11 +1000,7 @@ class Saturation:
                 eg.take_dirty()
             found_all = []
             multi = it < limits.k_multi
-            key = (frozenset(present), multi)
-            tried = self.tried.get(key)
-            if tried is None:  # (the rewrites whose kinds the e-graph has: few, and the same most rounds)
-                tried = self.tried[key] = [(rw, matcher(rw)) for rw in self.rewrites
-                                           if (multi or len(rw.src.outputs) == 1) and RB.kinds_ok(rw, present)]
+            tried = _tried(self.rewrites, frozenset(present), multi)
             shared: dict = {}  # source key -> (the first matcher of that source, its matches)
             for rw, m in tried:  # read: every rewrite's matches in the e-graph as the round began
                 if not m.edges <= idx.edges:
@@ -1074,6 +1069,23 @@ class Saturation:
                 st.stop = "iterations"
         st.time_s = time.monotonic() - t0
         return st
+
+
+_TRIED: dict = {}  # (id(rewrites), kinds present, multi-output ones too) -> (rewrites, their number, [(rewrite, matcher)])
+
+
+def _tried(rewrites: list, present: frozenset, multi: bool) -> list:
+    """The rewrites a round tries, in their order, with their matchers: those whose kinds the e-graph has
+    (and with one output unless ``multi``). Few, and the same for most rounds and e-graphs of a search:
+    made once a process per set of kinds."""
+    key = (id(rewrites), present, multi)
+    hit = _TRIED.get(key)
+    if hit is None or hit[0] is not rewrites or hit[1] != len(rewrites):
+        if len(_TRIED) >= 1000:
+            _TRIED.clear()
+        hit = _TRIED[key] = (rewrites, len(rewrites), [(rw, matcher(rw)) for rw in rewrites
+                                                       if (multi or len(rw.src.outputs) == 1) and RB.kinds_ok(rw, present)])
+    return hit[2]
 
 
 def _oid(eg: EGraph, op: tuple) -> int:
