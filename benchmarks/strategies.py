@@ -9,14 +9,16 @@ start from (batchnorms, scales, bias adds and activations fused, as runtimes run
 strategy (after the cleanup passes), eqsat's cost relative to backtracking's, the search times (eqsat's split into
 saturation and extraction), eqsat's time as TENSAT's published times count it (its ``analysis/stats.py``: the
 saturation, cycle filtering included, plus the ILP solver's wall time; here every round's saturation, cycle
-filter and HiGHS runs, without building the e-graph and the integer program or writing the graph back), peak memory, the e-graph's size and why saturation stopped (the last
+filter and HiGHS runs, without building the e-graph and the integer program or writing the graph back: the
+median of ``--repeat`` runs (3), each in a fresh process, as wall time and as the process's CPU time, with
+the wall times' range; the runs must give the same result), peak memory, the e-graph's size and why saturation stopped (the last
 e-graph's; and how many e-graphs the restarts built), and the
 extraction's method, solver status and gap (the solver's bound against its result). A gap of 0 proves
 the extracted graph the cheapest of the graphs the e-graph holds (priced as written, before cleanup);
 it says nothing of graphs the saturation did not reach within its limits, which is where backtracking
 can be ahead.
 
-    python -m taso_mlir.benchmarks.strategies [--models a,b] [--target analytic:t4] [--json FILE] [--quick]
+    python -m taso_mlir.benchmarks.strategies [--models a,b] [--target analytic:t4] [--json FILE] [--quick] [--repeat N]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,7 +49,8 @@ sys.exit(rc)
 """
 
 HEADER = ("| model | cost prepared ms | backtracking ms (less) | eqsat ms (less) | eqsat vs backtracking | search s "
-          "backtracking / eqsat (saturation, extraction) | eqsat s as TENSAT counts | peak MB backtracking / eqsat | "
+          "backtracking / eqsat (saturation, extraction) | eqsat s as TENSAT counts: median wall (CPU; range) | "
+          "peak MB backtracking / eqsat | "
           "e-nodes (stop; e-graphs) | extraction (status, gap) |\n|---|---|---|---|---|---|---|---|---|---|")
 
 
@@ -84,9 +88,31 @@ def format_row(name: str, b: dict, e: dict) -> str:
         return f"| {name} | FAILED: {b.get('error') or e.get('error')} | | | | | | | | |"
     q = e["eqsat"]
     gap = "no bound" if q.get("gap") is None else f"gap {100 * q['gap']:.1f}%"
+    walls, cpus = e.get("tensat_runs_s") or [q["tensat_counted_s"]], e.get("tensat_runs_cpu_s") or [q["tensat_counted_cpu_s"]]
+    spread = f"; {min(walls):.2f}-{max(walls):.2f} in {len(walls)} runs" if len(walls) > 1 else ""
     return (f"| {name} | {b['before']:.4g} | {red(b)} | {red(e)} | {100 * (e['after'] - b['after']) / b['after']:+.1f}% | "
             f"{b['search_s']:.2f} / {e['search_s']:.2f} ({q['saturation_s']:.1f}, {q['solve_s']:.1f}) | "
-            f"{q['tensat_counted_s']:.2f} | {b['peak_mb']:.0f} / {e['peak_mb']:.0f} | {q['enodes']} ({q['stop']}; {len(q.get('round_costs') or [1])} e-graphs) | {q['extraction']} ({q['status']}, {gap}) |")
+            f"{statistics.median(walls):.2f} (CPU {statistics.median(cpus):.2f}{spread}) | "
+            f"{b['peak_mb']:.0f} / {e['peak_mb']:.0f} | {q['enodes']} ({q['stop']}; {len(q.get('round_costs') or [1])} e-graphs) | {q['extraction']} ({q['status']}, {gap}) |")
+
+
+def repeated(runs: list) -> dict:
+    """The first of several eqsat runs of one model, with every run's time as TENSAT counts it (wall and
+    CPU: ``tensat_runs_s``, ``tensat_runs_cpu_s``); an error where a run failed or where two runs'
+    results differ (the search is deterministic: same cost, e-graph and rounds)."""
+    bad = next((r for r in runs if "error" in r), None)
+    if bad is not None:
+        return bad
+
+    def result(r):
+        q = r["eqsat"]
+        return (r["after"], q["enodes"], q["iterations"], q["matches"], q["applied"], q["cost_ms"],
+                [(x["enodes"], x["matches"], x["applied"], x["cost_ms"]) for x in q.get("round_costs") or []])
+
+    if any(result(r) != result(runs[0]) for r in runs[1:]):
+        return {"error": f"eqsat's {len(runs)} runs of one model differ (the search should be deterministic)"}
+    return runs[0] | {"tensat_runs_s": [r["eqsat"]["tensat_counted_s"] for r in runs],
+                      "tensat_runs_cpu_s": [r["eqsat"]["tensat_counted_cpu_s"] for r in runs]}
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -96,6 +122,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--target", default="analytic:t4")
     ap.add_argument("--eqsat", default="", help="extra taso-search options for the eqsat run, e.g. 'eqsat-k-multi=2'")
     ap.add_argument("--json", help="also write the rows as JSON to this file")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="eqsat runs per model, each in a fresh process (default 3): the time as TENSAT counts is "
+                         "their median, and their results must be the same")
     a = ap.parse_args(argv)
     import onnx
 
@@ -121,7 +150,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             src = os.path.join(work, f"{m.name}.onnx")
             onnx.save(m.build(), src)
             b = run_one(src, "backtracking", a.target, work)
-            e = run_one(src, "eqsat", a.target, work, a.eqsat)
+            e = repeated([run_one(src, "eqsat", a.target, work, a.eqsat) for _ in range(max(1, a.repeat))])
             rows.append({"model": m.name, "backtracking": b, "eqsat": e})
             print(format_row(m.name, b, e), flush=True)
             os.unlink(src)

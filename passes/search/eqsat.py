@@ -63,6 +63,7 @@ class Stats:
     lifted: int = 0  # elementwise ops on split pieces lifted to the whole (``lift_elementwise``)
     rejected: dict = field(default_factory=lambda: defaultdict(int))
     time_s: float = 0.0
+    cpu_s: float = 0.0  # of it, this process's CPU time (``time.process_time``)
 
 
 class EGraph:
@@ -983,7 +984,7 @@ class Saturation:
         count this call's work only); the Stats of this call's rounds."""
         eg, log, seen, depth = self.eg, self.log, self.seen, self.depth
         st = Stats()
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), time.process_time()
         st.iterations = self.it
         if self.done:
             st.stop = "saturated"
@@ -1068,6 +1069,7 @@ class Saturation:
             if not self.done:
                 st.stop = "iterations"
         st.time_s = time.monotonic() - t0
+        st.cpu_s = time.process_time() - c0
         return st
 
 

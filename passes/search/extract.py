@@ -52,6 +52,7 @@ class Extraction:
     info: dict = field(default_factory=dict)
     input_cost: float = math.inf  # the input graph's cost, priced the same way
     solver_s: float = 0.0  # of ``solve_s``, HiGHS's runs (what TENSAT's extraction time counts: its solver's)
+    solver_cpu_s: float = 0.0  # the same runs' CPU time (``time.process_time``: this process's, not the machine's)
 
     @property
     def gap(self) -> Optional[float]:
@@ -482,17 +483,18 @@ def ilp(eg: EGraph, costs: Costs, roots: list, time_limit: float = 10.0,
     # the linear relaxation first: where its optimum is integral and acyclic it is the program's optimum
     # (no integer choice costs less than the relaxation's optimum), proved without the MIP's presolve,
     # root cuts and heuristics (NasRNN's first program: 0.09 s against 0.2 s)
-    solver_s = 0.0
+    solver_s = solver_cpu_s = 0.0
 
     stalled = None
 
     def run():
-        nonlocal solver_s
+        nonlocal solver_s, solver_cpu_s
         if stalled is not None:
             stalled.reset()
-        t = time.monotonic()
+        t, c = time.monotonic(), time.process_time()
         h.run()
         solver_s += time.monotonic() - t
+        solver_cpu_s += time.process_time() - c
 
     def chosen(x):
         """The graph of a solution's e-nodes (``walk``: its choice and order, or None and a cycle)."""
@@ -511,7 +513,8 @@ def ilp(eg: EGraph, costs: Costs, roots: list, time_limit: float = 10.0,
                 objective = float(np.dot(cost, x))
                 return Extraction(choice, order, total(costs, choice, order, roots), "ilp", objective, "Optimal",
                                   time.monotonic() - t0, 0,
-                                  {"variables": nvar, "rows": n_rows, "relaxation": "integral"}, solver_s=solver_s)
+                                  {"variables": nvar, "rows": n_rows, "relaxation": "integral"},
+                                  solver_s=solver_s, solver_cpu_s=solver_cpu_s)
     # (the relaxation's solution and basis are dropped: HiGHS 1.16 takes them as the MIP's start, and
     # then reported as optimal a choice dearer than the optimum, as with a start handed to it)
     h.clearSolver()
@@ -539,7 +542,8 @@ def ilp(eg: EGraph, costs: Costs, roots: list, time_limit: float = 10.0,
                 gap = 1.0
             return Extraction(choice, order, total(costs, choice, order, roots), "ilp",
                               bound if math.isfinite(bound) and gap < 1.0 else None, status,
-                              time.monotonic() - t0, cuts, {"variables": nvar, "rows": n_rows + cuts}, solver_s=solver_s)
+                              time.monotonic() - t0, cuts, {"variables": nvar, "rows": n_rows + cuts},
+                              solver_s=solver_s, solver_cpu_s=solver_cpu_s)
         cycle = order  # (walk returned the cycle's e-nodes)
         if cuts >= max_cuts or time.monotonic() - t0 > time_limit:
             return None
@@ -568,11 +572,12 @@ def extract(eg: EGraph, costs: Costs, roots: list, input_choice: dict, time_limi
             start, start_order, start_cost = choice, order, total(costs, choice, order, roots)
     if inp is not None and inp_cost <= start_cost:  # (the input is the better start)
         start, start_order, start_cost = inp, inp_order, inp_cost
-    solver_s = 0.0 if res is None else res.solver_s
+    solver_s, solver_cpu_s = (0.0, 0.0) if res is None else (res.solver_s, res.solver_cpu_s)
     if start is not None and (res is None or res.cost > start_cost + 1e-12):
         why = "ilp found no solution in time" if res is None else f"ilp's best in time ({res.status}) costs more"
         res = Extraction(start, start_order, start_cost, "greedy" if start is not inp else "input",
-                         None if res is None else res.bound, why, time.monotonic() - t0, solver_s=solver_s)
+                         None if res is None else res.bound, why, time.monotonic() - t0, solver_s=solver_s,
+                         solver_cpu_s=solver_cpu_s)
     if res is None:
         res = Extraction(inp, inp_order, inp_cost, "input", None, "no acyclic extraction found", time.monotonic() - t0)
     res.input_cost = inp_cost
