@@ -28,6 +28,7 @@ import hashlib
 import importlib.util
 import marshal
 import math
+import operator
 import os
 import sys
 import tempfile
@@ -440,7 +441,8 @@ class Index:
         if hit is not None:
             return hit
         kind, nres_want, n_kids, need, req, comm = key
-        nres, find, kinds = self.eg.nres.get, self.eg.find, self.kinds
+        nres, kinds = self.eg.nres.get, self.kinds
+        find = self.eg.find if self.eg.pending else operator.index  # (``Matcher.matches``)
         need = dict(need)
         want = [(p, q) for p, q in enumerate(req) if q is not None]
         keep = []
@@ -554,7 +556,10 @@ class Matcher:
             first = idx.roots(near if (near is not None and len(self.roots) == 1) else idx.by_kind, self.root_key)
         if self._compiled is None:
             self._compiled = self._compile()
-        return self._compiled(eg.find, eg.nres.get, idx.of_class.get, idx.users.get, idx.by_kind, first,
+        # (no union since the last rebuild: every class an index's key names is canonical, and ``find`` is
+        # the identity: ``operator.index`` returns an int as it is, without a Python call)
+        find = eg.find if eg.pending else operator.index
+        return self._compiled(find, eg.nres.get, idx.of_class.get, idx.users.get, idx.by_kind, first,
                               second, cap, deadline, self.agree, eg.shape)
 
     def _compile(self):
