@@ -523,15 +523,21 @@ class Matcher:
 
     def renamed(self, other: "Matcher", found: list) -> list:
         """``other``'s matches (of this matcher's ``source_key``) with this source's variable names."""
-        if not found:
+        mine = self.names(other, found)
+        if mine is None:
             return found
+        return [(ops, dict(zip(mine, b.values()))) for ops, b in found]
+
+    def names(self, other: "Matcher", found: list) -> Optional[list]:
+        """This source's names of the variables of ``other``'s matches (of this matcher's ``source_key``),
+        in the order they bind them; None where they are the same names (or there are no matches)."""
+        if not found:
+            return None
         assert other.source_key == self.source_key
         names = {n: v for v, n in self._numbers.items()}
         theirs = list(found[0][1])  # (every match binds its variables in the join's one order)
         mine = [names[other._numbers[v]] for v in theirs]
-        if mine == theirs:
-            return found
-        return [(ops, dict(zip(mine, b.values()))) for ops, b in found]
+        return None if mine == theirs else mine
 
     @property
     def root_key(self) -> tuple:
@@ -1012,19 +1018,21 @@ class Saturation:
                 if not m.edges <= idx.edges:
                     continue
                 hit = shared.get(m.source_key)
+                names = None  # (another rewrite's matches: this one's names of their variables, where they differ)
                 if hit is None:
                     found = m.matches(eg, idx, limits.matches_per_rewrite, near, t0 + limits.time_s)
                     shared[m.source_key] = (m, found)
                 else:
-                    found = m.renamed(*hit)
+                    found = hit[1]
+                    names = m.names(*hit)
                 st.matches += len(found)
-                found_all.append((rw, m, found))
+                found_all.append((rw, m, found, names))
                 if time.monotonic() - t0 > limits.time_s:
                     break
             changed = False
             chains: list = []  # (matcher, the merged op, the id of the last sibling in it)
             find, canon_op, gone = eg.find, eg.canon_op, eg.gone
-            for rw, m, found in found_all:  # write: apply them
+            for rw, m, found, names in found_all:  # write: apply them
                 starts = _chain_starts(eg, m, found) if limits.chains and len(m.roots) == 2 else {}
                 for i, (ops, b) in enumerate(found):
                     # (canonical now: two matches that unions since the round began made one are tried
@@ -1038,6 +1046,8 @@ class Saturation:
                     if key in seen:
                         continue
                     seen.add(key)
+                    if names is not None:  # (the key holds the values only, in the join's order: the same)
+                        b = dict(zip(names, b.values()))
                     made: Optional[list] = [] if i in starts else None
                     if _apply(eg, view, rw, list(ops), b, st, made):
                         changed = True
