@@ -196,7 +196,7 @@ def _scripted_run(monkeypatch, written: list, opts: dict, built: list = None, li
             w = written[len(depths) - 1]
             cost = 10.0 - len(depths) if w else 10.0 - len([x for x in written[:len(depths)] if x])
             return {"input_cost_ms": cost + (1 if w else 0), "cost_ms": cost, "enodes": 5, "eclasses": 3,
-                    "saturation_s": 0.0, "filter_s": 0.0, "solve_s": took, "solver_s": 0.0, "status": "Optimal", "bound_ms": cost, "gap": 0.0, "cycle_cuts": 0, "blocked": 0,
+                    "saturation_s": 0.0, "filter_s": 0.0, "solve_s": took, "solver_s": 0.0, "tensat_cpu_s": 0.0, "status": "Optimal", "bound_ms": cost, "gap": 0.0, "cycle_cuts": 0, "blocked": 0,
                     "matches": 1, "applied": 1, "lifted": 0, "stop": "iterations", "written": w, "new_ops": 0,
                     "iterations": self.it, "rejected": {}, "time_s": 0.0}
 
