@@ -151,10 +151,16 @@ def spec_attrs(op: Op, shapes: Mapping[Ref, tuple]) -> tuple[dict, list | None]:
     """The op's attributes for ``dialect.specs`` (symbolic dims resolved) and a result-shape hint."""
     a = dict(op.attrs)
     resolved, hint = _resolve(op, a, shapes)
+    return _resolved(a, resolved, hint), hint
+
+
+def _resolved(a: dict, resolved: dict, hint) -> dict:
+    """``a`` (changed) with what ``_resolve`` resolved: the symbolic values replaced, a constant's shape
+    (given as the hint) removed."""
     a.update(resolved)
     if hint is not None:
         del a["shape"]
-    return a, hint
+    return a
 
 
 def _resolve(op: Op, a: dict, shapes: Mapping[Ref, tuple]) -> tuple[dict, list | None]:
@@ -205,11 +211,7 @@ def rule_attrs(op: Op, shapes: Mapping[Ref, tuple]) -> dict:
         key = hit = None
     if hit is not None and hit[0] is op:
         return hit[1]
-    full = dict(a)
-    full.update(resolved)
-    if hint is not None:
-        del full["shape"]
-    full = specs.spec(op.name).complete_attrs(full)
+    full = specs.spec(op.name).complete_attrs(_resolved(dict(a), resolved, hint))
     full = {n: tuple(x) if isinstance(x, (list, tuple)) else x for n, x in full.items()}
     if key is not None:
         if len(_RULE_ATTRS) >= 100_000:

@@ -94,6 +94,12 @@ class EGraph:
             c = p[c]
         return c
 
+    def index_find(self):
+        """``find`` for the classes an ``Index``'s keys name: where no union happened since the last rebuild
+        every one of them is canonical and ``find`` is the identity, so ``operator.index`` (an int as it is,
+        without a Python call) stands in for it."""
+        return self.find if self.pending else operator.index
+
     def new_class(self, shape, dtype) -> int:
         c = len(self.parent)
         self.parent.append(c)
@@ -441,8 +447,7 @@ class Index:
         if hit is not None:
             return hit
         kind, nres_want, n_kids, need, req, comm = key
-        nres, kinds = self.eg.nres.get, self.kinds
-        find = self.eg.find if self.eg.pending else operator.index  # (``Matcher.matches``)
+        nres, kinds, find = self.eg.nres.get, self.kinds, self.eg.index_find()
         need = dict(need)
         want = [(p, q) for p, q in enumerate(req) if q is not None]
         keep = []
@@ -562,10 +567,7 @@ class Matcher:
             first = idx.roots(near if (near is not None and len(self.roots) == 1) else idx.by_kind, self.root_key)
         if self._compiled is None:
             self._compiled = self._compile()
-        # (no union since the last rebuild: every class an index's key names is canonical, and ``find`` is
-        # the identity: ``operator.index`` returns an int as it is, without a Python call)
-        find = eg.find if eg.pending else operator.index
-        return self._compiled(find, eg.nres.get, idx.of_class.get, idx.users.get, idx.by_kind, first,
+        return self._compiled(eg.index_find(), eg.nres.get, idx.of_class.get, idx.users.get, idx.by_kind, first,
                               second, cap, deadline, self.agree, eg.shape)
 
     def _compile(self):
