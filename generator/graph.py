@@ -225,18 +225,23 @@ _OP_ATTRS: dict = {}  # id(op) -> (op, its attributes as a dict)
 _RULE_ATTRS: dict = {}
 
 
-def infer(graph: Graph, input_shapes: Mapping[str, tuple]) -> dict[Ref, tuple]:
+def infer(graph: Graph, input_shapes: Mapping[str, tuple], ints: bool | None = None) -> dict[Ref, tuple]:
     """Shapes of every tensor; raises ``specs.SpecError`` where the graph does not type-check.
+    ``ints``: given by a caller whose shapes are tuples already (a site check, which types both sides
+    at one site's shapes): whether every dimension is an int (checked here where not given).
 
     Elementwise ops must have equal operand shapes here (TASO's same-shape operators): broadcasting
     is a precondition no rule assumes."""
-    shapes: dict[Ref, tuple] = {k: tuple(v) for k, v in input_shapes.items()}
     # (an op's result shapes are a function of its kind, attributes, operand shapes and the symbolic
     # stride, except a split's or a constant's, whose sizes may name other variables' dimensions:
     # memoized where every dimension is an int, so that the shapes' types are the ones given. The
     # dimensions are checked once, the inputs' here and each op's results where it is inferred: the
     # memo's hold ints)
-    ints = all(type(d) is int for s in shapes.values() for d in s)
+    if ints is None:
+        shapes: dict[Ref, tuple] = {k: tuple(v) for k, v in input_shapes.items()}
+        ints = all(type(d) is int for s in shapes.values() for d in s)
+    else:
+        shapes = dict(input_shapes)
     stride = shapes.get(STRIDE_VAR)
     for k, (op, typed, results) in enumerate(_infer_plan(graph)):
         ins = tuple([shapes[r] for r in op.operands])

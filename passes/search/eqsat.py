@@ -413,6 +413,8 @@ class Index:
         self.users: dict = defaultdict(dict)  # (operand class, kind) -> op keys
         self.eg = eg
         self._roots: dict = {}  # (id of a candidates dict, a matcher's root filter) -> the candidates it keeps
+        self._base: dict = {}  # (id of a candidates dict, kind, counts, attributes) -> the candidates they keep
+        self._sig: dict = {}  # op key -> its operands' positions and kinds (``_signature``)
         find = eg.find
         kinds: dict = defaultdict(set)  # class -> the kinds of its e-nodes
         self.kinds = kinds
@@ -447,27 +449,40 @@ class Index:
         if hit is not None:
             return hit
         kind, nres_want, n_kids, need, req, comm = key
-        nres, kinds, find = self.eg.nres.get, self.kinds, self.eg.index_find()
-        need = dict(need)
-        want = [(p, q) for p, q in enumerate(req) if q is not None]
-        keep = []
-        agree: dict = {}  # attributes -> whether they have ``need``'s values (many ops share them)
-        for o in first.get(kind, ()):
-            kids = o[2]
-            if len(kids) != n_kids or nres(o, 1) != nres_want:
-                continue
-            if need:
-                ok = agree.get(o[1])
-                if ok is None:
-                    ok = agree[o[1]] = all(need.get(a, v) == v for a, v in o[1])
-                if not ok:
+        base_key = (id(first), kind, nres_want, n_kids, need)
+        base = self._base.get(base_key)
+        if base is None:  # (the candidates of that kind, counts and attributes: shared by many root keys)
+            nres = self.eg.nres.get
+            need_of = dict(need)
+            base = []
+            agree: dict = {}  # attributes -> whether they have ``need``'s values (many ops share them)
+            for o in first.get(kind, ()):
+                if len(o[2]) != n_kids or nres(o, 1) != nres_want:
                     continue
-            if want and not all(q in kinds.get(find(kids[p]), ()) for p, q in want):
-                if not (comm and len(kids) == 2 and all(q in kinds.get(find(kids[1 - p]), ()) for p, q in want)):
-                    continue
-            keep.append(o)
+                if need_of:
+                    ok = agree.get(o[1])
+                    if ok is None:
+                        ok = agree[o[1]] = all(need_of.get(a, v) == v for a, v in o[1])
+                    if not ok:
+                        continue
+                base.append(o)
+            self._base[base_key] = base
+        want = frozenset((p, q) for p, q in enumerate(req) if q is not None)
+        keep = base
+        if want:
+            sig = self._sig
+            swapped = frozenset((1 - p, q) for p, q in want) if comm and n_kids == 2 else None
+            keep = [o for o in base if want <= (sig.get(o) or self._signature(o))
+                    or (swapped is not None and swapped <= sig[o])]
         hit = self._roots[(id(first), key)] = {kind: keep}
         return hit
+
+    def _signature(self, op: tuple) -> frozenset:
+        """(operand position, a kind its class holds) for each operand of ``op`` (``roots`` asks whether the
+        source's producer kinds are among them); made once a round per op."""
+        find, kinds = self.eg.index_find(), self.kinds
+        sig = self._sig[op] = frozenset((p, q) for p, k in enumerate(op[2]) for q in kinds.get(find(k), ()))
+        return sig
 
 
 class Matcher:
@@ -953,8 +968,14 @@ def _concrete(kind: str, attr: str, v) -> bool:
         return False
     if isinstance(v, (int, float)):
         return True
+    return isinstance(v, str) and v in _str_choices(kind, attr)
+
+
+@functools.lru_cache(maxsize=None)
+def _str_choices(kind: str, attr: str) -> tuple:
+    """The values a string attribute of the kind's spec may take (none for any other attribute)."""
     a = next((a for a in specs.spec(kind).attrs if a.name == attr), None) if kind in specs.SPECS else None
-    return isinstance(v, str) and a is not None and a.kind == "str" and v in (a.choices or ())
+    return tuple(a.choices or ()) if a is not None and a.kind == "str" else ()
 
 
 _DISTINCT: dict = {}  # id(a rewrites list) -> (the list, its rewrites of distinct forms): once a process
@@ -1091,6 +1112,22 @@ class Saturation:
 
 
 _TRIED: dict = {}  # (id(rewrites), kinds present, multi-output ones too) -> (rewrites, their number, [(rewrite, matcher)])
+_BY_KINDS: dict = {}  # id(rewrites) -> (rewrites, their number, [(source kinds, [index], [index of one output])])
+
+
+def _by_kinds(rewrites: list) -> list:
+    """The rewrites' positions grouped by their source's kinds (a few hundred sets for 2,525 rewrites),
+    and within each group those of one output: what ``_tried`` filters by."""
+    hit = _BY_KINDS.get(id(rewrites))
+    if hit is None or hit[0] is not rewrites or hit[1] != len(rewrites):
+        groups: dict = {}
+        for i, rw in enumerate(rewrites):
+            g = groups.setdefault(rw.kinds, ([], []))
+            g[0].append(i)
+            if len(rw.src.outputs) == 1:
+                g[1].append(i)
+        hit = _BY_KINDS[id(rewrites)] = (rewrites, len(rewrites), [(k, a, one) for k, (a, one) in groups.items()])
+    return hit[2]
 
 
 def _tried(rewrites: list, present: frozenset, multi: bool) -> list:
@@ -1102,8 +1139,9 @@ def _tried(rewrites: list, present: frozenset, multi: bool) -> list:
     if hit is None or hit[0] is not rewrites or hit[1] != len(rewrites):
         if len(_TRIED) >= 1000:
             _TRIED.clear()
-        hit = _TRIED[key] = (rewrites, len(rewrites), [(rw, matcher(rw)) for rw in rewrites
-                                                       if (multi or len(rw.src.outputs) == 1) and RB.kinds_ok(rw, present)])
+        picked = sorted(i for kinds, every, one in _by_kinds(rewrites) if kinds <= present
+                        for i in (every if multi else one))
+        hit = _TRIED[key] = (rewrites, len(rewrites), [(rewrites[i], matcher(rewrites[i])) for i in picked])
     return hit[2]
 
 

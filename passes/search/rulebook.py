@@ -278,8 +278,9 @@ def local_site(rw: Rewrite, view: View, ops: list, b: dict) -> tuple[Optional[st
         shapes[v] = tuple(s)
     if len(dtypes) > 1:  # (the target's ops take one element type)
         return "the variables are of two element types", None, None
+    ints = all(type(d) is int for s in shapes.values() for d in s)  # (for both sides' inference)
     try:
-        src_shapes = G.infer(rw.src, shapes)
+        src_shapes = G.infer(rw.src, shapes, ints)
     except specs.SpecError as e:
         return f"source does not type-check: {e}", None, None
     for k, rop in enumerate(rw.src.ops):
@@ -292,7 +293,7 @@ def local_site(rw: Rewrite, view: View, ops: list, b: dict) -> tuple[Optional[st
             r = G.op_ref(k, j, rop.num_results)
             if tuple(view.shape(view.result(ops[k], j)) or ()) != src_shapes[r]:
                 return f"{rop.name} result shape differs", None, None
-    why, dst_shapes = _check_target(rw, shapes, src_shapes)
+    why, dst_shapes = _check_target(rw, shapes, src_shapes, ints)
     return why, (shapes if why is None else None), dst_shapes
 
 
@@ -316,9 +317,10 @@ def check_uses(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
     return None
 
 
-def _check_target(rw: Rewrite, shapes: dict, src_shapes: dict) -> tuple[Optional[str], Optional[dict]]:
+def _check_target(rw: Rewrite, shapes: dict, src_shapes: dict,
+                  ints: Optional[bool] = None) -> tuple[Optional[str], Optional[dict]]:
     try:
-        dst_shapes = G.infer(rw.dst, shapes)
+        dst_shapes = G.infer(rw.dst, shapes, ints)
     except specs.SpecError as e:
         return f"target does not type-check: {e}", None
     for rs, rd in zip(rw.src.outputs, rw.dst.outputs):
@@ -389,10 +391,6 @@ def distinct(rewrites: list) -> list:
             seen.add(form)
             out.append(rw)
     return out
-
-
-def kinds_ok(rw: Rewrite, present: set) -> bool:
-    return rw.kinds <= present
 
 
 Checker = Callable[[Rewrite, View, list, dict], Optional[str]]

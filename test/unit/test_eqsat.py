@@ -474,6 +474,28 @@ def test_the_compiled_join_finds_what_the_interpreted_one_does(name):
     assert compared > 0 and kept < every_root / 2
 
 
+def test_a_round_tries_the_rewrites_whose_kinds_the_e_graph_has_in_their_order():
+    """``_tried`` (grouped by source kinds) keeps what the plain filter keeps, in the rules' order: every
+    rewrite whose source kinds are present, and only those of one output unless multi-output ones are
+    tried too."""
+    import random
+
+    from taso_mlir.passes.search import taso_search
+
+    rws = E.distinct_rewrites(taso_search.rewrites())
+    kinds = sorted({k for rw in rws for k in rw.kinds})
+    rng = random.Random(7)
+    for n in (0, 1, 3, 6, len(kinds)):
+        for _ in range(3):
+            present = frozenset(rng.sample(kinds, n))
+            for multi in (False, True):
+                want = [rw for rw in rws if rw.kinds <= present and (multi or len(rw.src.outputs) == 1)]
+                got = E._tried(rws, present, multi)
+                assert [rw for rw, _m in got] == want
+                assert all(m.rw is rw for rw, m in got)
+    assert any(len(rw.src.outputs) > 1 for rw in rws)  # (the multi flag is exercised)
+
+
 # ---------------------------------------------------------------------------------------------
 # extraction on hand-made e-graphs
 
