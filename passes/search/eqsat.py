@@ -851,53 +851,70 @@ _BY_STRUCTURE: dict = {}
 
 class CodeCache:
     """The matchers' compiled code, kept on disk across processes as Python keeps modules' bytecode in
-    ``__pycache__``: ``$TASO_CACHE_DIR/eqsat-matchers.<interpreter tag>-<bytecode magic>.marshal`` (``cache_dir``), a
-    marshalled dict from the SHA-256 of a matcher's source to its marshalled code object. The source depends on the
-    pattern's shape only (455 shapes among the shipped rules), so a process compiles only the shapes no
-    earlier process compiled (compiling took 0.05-0.1 s of a first search). Each code object is kept
-    marshalled, and read where a search needs it (reading all 455 took about as long as compiling the
-    60-80 a search needs). ``save`` merges this process's
-    new entries into the file atomically (temp file and rename: the entries other processes saved before survive). An
-    unreadable or foreign file (or one another user owns, or others may write: its code is run) is ignored
-    with a one-line warning and replaced at the next save; a cache that cannot be written costs the
-    compile time only, with a warning. Two processes saving at once may lose one's new entries (no lock):
-    those are compiled again by a later process."""
+    ``__pycache__``: a folder ``$TASO_CACHE_DIR/eqsat-matchers.<interpreter tag>-<bytecode magic>/`` (``cache_dir``)
+    of one file per matcher source, named by the source's SHA-256 and holding its marshalled code object. The
+    source depends on the pattern's shape only (455 shapes among the shipped rules), so a process compiles only
+    the shapes no earlier process compiled (compiling took 0.05-0.1 s of a first search), and reads only the
+    files of the shapes its search needs (60-80 for a suite model; one marshalled dict of every entry took
+    8 ms to read once the tests had compiled 910 shapes). ``save`` writes this process's new entries, each
+    atomically (temp file and rename), so processes saving at once keep each other's entries. An unreadable
+    entry, or one another user owns or others may write (its code is run), is ignored with a one-line warning
+    and replaced at the next save; a folder that cannot be written costs the compile time only, with a
+    warning."""
 
     def __init__(self, path: Optional[str] = None):
         self._path = path
-        self._disk: Optional[dict] = None  # (read at the first compile a process needs)
-        self._new: dict = {}
+        self._mem: dict = {}  # SHA-256 of a source -> its code object (read or compiled by this process)
+        self._new: dict = {}  # the same, marshalled, for those this process compiled and has not saved
         self.compiled = 0  # sources compiled by this process (not found on disk)
         self._warned = False
 
     @property
     def path(self) -> str:
+        """The cache's folder."""
         if self._path is not None:
             return self._path
         from taso_mlir.passes.cost.disk_cache import cache_dir
 
         tag = f"{sys.implementation.cache_tag}-{importlib.util.MAGIC_NUMBER.hex()}"  # (bytecode's version)
-        return os.path.join(cache_dir(), f"eqsat-matchers.{tag}.marshal")
+        return os.path.join(cache_dir(), f"eqsat-matchers.{tag}")
 
     def code(self, text: str):
         """The code object of ``text`` (a module defining ``make``): from disk, or compiled."""
-        if self._disk is None:
-            self._disk = self._load()
         key = hashlib.sha256(text.encode()).hexdigest()
-        code = self._disk.get(key)
+        code = self._mem.get(key)
         if code is None:
-            code = compile(text, "<eqsat matcher>", "exec")
-            self._disk[key] = self._new[key] = marshal.dumps(code)
-            self.compiled += 1
-            return code
+            code = self._read(key)
+            if code is None:
+                code = compile(text, "<eqsat matcher>", "exec")
+                self._new[key] = marshal.dumps(code)
+                self.compiled += 1
+            self._mem[key] = code
+        return code
+
+    def _read(self, key: str):
+        """The code object on disk under ``key``, or None (none there, or one that is not to be run: warned)."""
+        path = os.path.join(self.path, f"{key}.marshal")
         try:
-            code = marshal.loads(code)
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if st.st_uid != os.getuid() or st.st_mode & 0o022:
+                    # (its code is run: only a file of this user's that no one else may write)
+                    self._warn(f"ignoring the matcher cache entry {path}: not this user's, or writable by others")
+                    return None
+                data = f.read()
+        except (FileNotFoundError, NotADirectoryError):  # (none yet; a folder that is not one: save says)
+            return None
+        except OSError as e:
+            self._warn(f"ignoring the unreadable matcher cache entry {path} ({type(e).__name__}: {e})")
+            return None
+        try:
+            code = marshal.loads(data)
             if not isinstance(code, types.CodeType) or "make" not in code.co_names:
                 raise ValueError("not a matcher's code")
         except (EOFError, ValueError, TypeError) as e:
-            self._warn(f"ignoring an unreadable entry of the matcher cache {self.path} ({type(e).__name__}: {e})")
-            del self._disk[key]
-            return self.code(text)
+            self._warn(f"ignoring an unreadable entry of the matcher cache {path} ({type(e).__name__}: {e})")
+            return None
         return code
 
     def _warn(self, msg: str) -> None:
@@ -907,47 +924,26 @@ class CodeCache:
 
             warn(msg)
 
-    def _load(self) -> dict:
-        try:
-            with open(self.path, "rb") as f:
-                st = os.fstat(f.fileno())
-                if st.st_uid != os.getuid() or st.st_mode & 0o022:
-                    # (its code is run: only a file of this user's that no one else may write)
-                    self._warn(f"ignoring the matcher cache {self.path}: not this user's, or writable by others")
-                    return {}
-                data = marshal.load(f)
-        except (FileNotFoundError, NotADirectoryError):  # (none yet; a folder that is not one: save says)
-            return {}
-        except (OSError, EOFError, ValueError, TypeError) as e:
-            self._warn(f"ignoring the unreadable matcher cache {self.path} ({type(e).__name__}: {e})")
-            return {}
-        if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, bytes) for k, v in data.items()):
-            self._warn(f"ignoring the matcher cache {self.path}: not a taso-mlir matcher cache")
-            return {}
-        return data
-
     def save(self) -> None:
-        """Write this process's new entries (merged with what the file holds now); nothing if none."""
+        """Write this process's new entries (each replacing its file atomically); nothing if none."""
         if not self._new:
             return
-        path = self.path
+        folder = self.path
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            data = self._load()
-            data.update(self._new)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".eqsat-matchers.")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    marshal.dump(data, f)
-                os.replace(tmp, path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
+            os.makedirs(folder, exist_ok=True)
+            for key, data in list(self._new.items()):
+                fd, tmp = tempfile.mkstemp(dir=folder, prefix=".new-")
+                try:
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(data)
+                    os.replace(tmp, os.path.join(folder, f"{key}.marshal"))
+                except BaseException:
+                    os.unlink(tmp)
+                    raise
+                del self._new[key]
         except OSError as e:
-            self._warn(f"cannot write the matcher cache {path} ({type(e).__name__}: {e}); "
+            self._warn(f"cannot write the matcher cache {folder} ({type(e).__name__}: {e}); "
                        "matchers are compiled again by the next process")
-            return
-        self._new = {}
 
 
 _CODE = CodeCache()

@@ -1026,18 +1026,19 @@ def test_a_join_looked_up_by_its_structure_is_the_one_made_for_it():
 
 
 def test_the_matcher_code_cache_keeps_compiled_code_across_processes(tmp_path):
-    """A second cache on the same file (a later process) compiles nothing it finds there, and its code
-    runs as the compiled code does; two processes' entries both survive their saves; the file is replaced
-    atomically (no temp file left)."""
+    """A second cache on the same folder (a later process) compiles nothing it finds there, and its code
+    runs as the compiled code does; two processes' entries both survive their saves, one file each; the
+    files are replaced atomically (no temp file left)."""
+    import hashlib
+
     a, b, c = _matcher_sources(3)
-    path = str(tmp_path / "sub" / "m.marshal")
+    path = str(tmp_path / "sub" / "matchers")
     first = E.CodeCache(path)
+    other = E.CodeCache(path)  # (a process that started before the first saved)
     first.code(a)
     first.code(a)
     assert first.compiled == 1
     first.save()
-    other = E.CodeCache(path)  # a process that started before the first saved
-    other._disk = {}
     other.code(b)
     other.save()
     later = E.CodeCache(path)
@@ -1050,36 +1051,41 @@ def test_the_matcher_code_cache_keeps_compiled_code_across_processes(tmp_path):
     assert later.compiled == 0
     later.code(c)
     assert later.compiled == 1
-    assert sorted(os.listdir(tmp_path / "sub")) == ["m.marshal"]
+    assert sorted(os.listdir(path)) == sorted(f"{hashlib.sha256(t.encode()).hexdigest()}.marshal" for t in (a, b))
+    later.save()
+    assert len(os.listdir(path)) == 3 and E.CodeCache(path).code(c) is not None
 
 
-@pytest.mark.parametrize("content", ["garbage", "other data", "a bad entry"])
-def test_a_bad_matcher_cache_is_ignored_with_one_warning_and_replaced(tmp_path, capsys, content):
-    """An unreadable file, one of other marshalled data, or an entry that is not a code object costs a
-    compile and one warning line, and the next save replaces it; a cache folder that cannot be written
-    costs a warning, not the search."""
+@pytest.mark.parametrize("content", ["garbage", "other data", "not a matcher"])
+def test_a_bad_matcher_cache_entry_is_ignored_with_one_warning_and_replaced(tmp_path, capsys, content):
+    """An unreadable entry, one of other marshalled data, or one whose code is not a matcher's costs a
+    compile and one warning line, and the next save replaces it; an entry others may write is not run; a
+    cache folder that cannot be written costs a warning, not the search."""
     import hashlib
     import marshal
 
     (text,) = _matcher_sources(1)
-    path = tmp_path / "m.marshal"
-    key = hashlib.sha256(text.encode()).hexdigest()
-    path.write_bytes({"garbage": b"not marshal at all \x00\xff", "other data": marshal.dumps({"x": 1}),
-                      "a bad entry": marshal.dumps({key: marshal.dumps([1, 2])})}[content])
-    cache = E.CodeCache(str(path))
+    folder = tmp_path / "matchers"
+    folder.mkdir()
+    entry = folder / f"{hashlib.sha256(text.encode()).hexdigest()}.marshal"
+    entry.write_bytes({"garbage": b"not marshal at all \x00\xff", "other data": marshal.dumps({"x": 1}),
+                       "not a matcher": marshal.dumps(compile("x = 1", "<test>", "exec"))}[content])
+    os.chmod(entry, 0o600)
+    cache = E.CodeCache(str(folder))
     cache.code(text)
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "matcher cache" in err and str(path) in err
+    assert err.count("\n") == 1 and "matcher cache" in err and str(entry) in err
+    assert cache.compiled == 1
     cache.save()
-    assert E.CodeCache(str(path)).code(text) is not None and capsys.readouterr().err == ""
-    os.chmod(path, 0o666)  # (its code is run: a file others may write is not read)
-    assert E.CodeCache(str(path)).code(text) is not None
+    assert E.CodeCache(str(folder)).code(text) is not None and capsys.readouterr().err == ""
+    os.chmod(entry, 0o666)  # (its code is run: a file others may write is not read)
+    again = E.CodeCache(str(folder))
+    assert again.code(text) is not None and again.compiled == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "writable by others" in err
-    os.chmod(path, 0o644)
     blocked = tmp_path / "file"
     blocked.write_text("")
-    cache = E.CodeCache(str(blocked / "m.marshal"))  # (its folder is a file)
+    cache = E.CodeCache(str(blocked / "matchers"))  # (its folder is a file)
     cache.code(text)
     cache.save()
     err = capsys.readouterr().err
