@@ -521,7 +521,7 @@ class Matcher:
     def need(self, need: list) -> None:
         """(setting it forgets what was derived from it: the agreements and the compiled join)"""
         self._need = need
-        self.agree: dict = {}  # (source op, attributes) -> whether they agree (``need``)
+        self.agree: list = [{} for _ in need]  # per source op: attributes -> whether they agree (``need``)
         self._compiled = None
         self._root_key = None
         self._source_key = None
@@ -652,9 +652,9 @@ class Matcher:
             emit(depth, f"if nres(o{k}, 1) != {rop.num_results} or len(o{k}[2]) != {len(rop.operands)}:")
             emit(depth + 1, "continue")
             # (an op of no concrete attribute has N{k} = {}: it agrees)
-            emit(depth, f"ok = agree.get(({k}, o{k}[1]))")
+            emit(depth, f"ok = g{k}.get(o{k}[1])")
             emit(depth, "if ok is None:")
-            emit(depth + 1, f"ok = agree[({k}, o{k}[1])] = all(N{k}.get(a, v) == v and R{k}.get(a, None) != v for a, v in o{k}[1])")
+            emit(depth + 1, f"ok = g{k}[o{k}[1]] = all(N{k}.get(a, v) == v and R{k}.get(a, None) != v for a, v in o{k}[1])")
             emit(depth, "if not ok:")
             emit(depth + 1, "continue")
             bound_ops.append(k)
@@ -722,6 +722,7 @@ class Matcher:
 
         emit(1, "def match(find, nres, of_class, users, by_kind, first, second, cap, deadline, agree, shape):")
         emit(2, "out = []")
+        emit(2, f"{', '.join(f'g{k}' for k in range(len(src.ops)))}, = agree")
         emit(2, "if cap <= 0:")
         emit(3, "return out")
         emit(2, "steps = 0")
@@ -758,9 +759,9 @@ class Matcher:
             if eg.nres.get(op, 1) != rop.num_results or len(op[2]) != len(rop.operands):
                 return
             if need[k] or refuse[k]:
-                ok = agree.get((k, op[1]))
+                ok = agree[k].get(op[1])
                 if ok is None:
-                    ok = agree[(k, op[1])] = all(need[k].get(a, v) == v and refuse[k].get(a, None) != v
+                    ok = agree[k][op[1]] = all(need[k].get(a, v) == v and refuse[k].get(a, None) != v
                                                  for a, v in op[1])
                 if not ok:
                     return
@@ -1062,9 +1063,10 @@ class Saturation:
                         key = (rw.id, ops, tuple(b.values()))
                     else:
                         key = (rw.id, tuple(map(canon_op, ops)), tuple(map(find, b.values())))
-                    if key in seen:
+                    n_seen = len(seen)
+                    seen.add(key)  # (one hash of the key: tried before where the set did not grow)
+                    if len(seen) == n_seen:
                         continue
-                    seen.add(key)
                     if names is not None:  # (the key holds the values only, in the join's order: the same)
                         b = dict(zip(names, b.values()))
                     made: Optional[list] = [] if i in starts else None
