@@ -284,11 +284,13 @@ class EGraph:
         return n_blocked, []
 
     def _edges(self, c: int, cache: dict) -> list:
-        """A class's edges (e-node, operand class), blocked e-nodes' included: ``_walk`` skips those as it
-        reads them, as e-nodes are blocked during the walk."""
+        """A class's edges (e-node, operand class), its e-nodes in the memo's order (the oldest first; sorting
+        them by their text, as before, took 40% of the filter and blocked more: NasRNN's last e-graph 243
+        e-nodes against 182, at the same cost on the suite and 40 fuzzed models), blocked e-nodes' included:
+        ``_walk`` skips those as it reads them, as e-nodes are blocked during the walk."""
         every = cache.get(c)
         if every is None:
-            every = cache[c] = [(n, self.find(k)) for n in sorted(self.members[c], key=repr) for k in n[2]]
+            every = cache[c] = [(n, self.find(k)) for n in self.members[c] for k in n[2]]
         return every
 
     def num_nodes(self) -> int:
