@@ -243,7 +243,7 @@ def infer(graph: Graph, input_shapes: Mapping[str, tuple], ints: bool | None = N
     else:
         shapes = dict(input_shapes)
     stride = shapes.get(STRIDE_VAR)
-    for k, (op, typed, results) in enumerate(_infer_plan(graph)):
+    for op, typed, results in _infer_plan(graph):
         ins = tuple([shapes[r] for r in op.operands])
         key = None
         if ints and typed is not None:
@@ -263,8 +263,8 @@ def infer(graph: Graph, input_shapes: Mapping[str, tuple], ints: bool | None = N
             _INFERRED[key] = outs
         if ints:
             ints = all(type(d) is int for s in outs for d in s)
-        for j, s in enumerate(outs):
-            shapes[op_ref(k, j, op.num_results)] = s
+        for r, s in zip(results, outs):
+            shapes[r] = s
     return shapes
 
 

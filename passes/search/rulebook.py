@@ -317,8 +317,7 @@ def check_uses(rw: Rewrite, view: View, ops: list, b: dict) -> Optional[str]:
     return None
 
 
-def _check_target(rw: Rewrite, shapes: dict, src_shapes: dict,
-                  ints: Optional[bool] = None) -> tuple[Optional[str], Optional[dict]]:
+def _check_target(rw: Rewrite, shapes: dict, src_shapes: dict, ints: bool) -> tuple[Optional[str], Optional[dict]]:
     try:
         dst_shapes = G.infer(rw.dst, shapes, ints)
     except specs.SpecError as e:
