@@ -736,6 +736,7 @@ class Matcher:
                   + [f"C{k}" for k in range(n)] + [f"V{i}" for i in range(len(bound_vars))]
                   + [f"Q{i}" for i in range(len(bound_vars))])
         text = "\n".join([f"def make({', '.join(params)}):"] + lines)
+        bind = operand = root = None  # (they read each other: the cycle broken)
         return text, list(bound_vars)
 
     def matches_generic(self, eg: EGraph, idx: Index, cap: int, near: Optional[dict] = None,

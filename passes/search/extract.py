@@ -221,10 +221,13 @@ def walk(eg: EGraph, roots: list, chosen) -> tuple[Optional[dict], Optional[list
         del state[c]
         return False
 
-    for r in roots:
-        if not visit(r):
-            return None, cycle
-    return choice, order
+    try:
+        for r in roots:
+            if not visit(r):
+                return None, cycle
+        return choice, order
+    finally:
+        visit = None  # (``visit`` reads itself: the cycle through the e-graph broken)
 
 
 def _axis(op: tuple):

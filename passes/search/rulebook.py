@@ -376,6 +376,7 @@ def shape_form(rw: Rewrite) -> tuple:
                       op.num_results) for op in g.ops)
 
     src, dst = ops(rw.src), ops(rw.dst)
+    attr = None  # (``attr`` reads itself: the cycle broken)
     ranks = tuple(sorted((names.get(v, v), k) for v, k in rw.gen_ranks.items()))
     return (src, tuple(map(var, rw.src.outputs)), dst, tuple(map(var, rw.dst.outputs)), ranks, rw.rank_free)
 

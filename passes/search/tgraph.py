@@ -463,7 +463,10 @@ def matches(rw: RB.Rewrite, g: TGraph, index: Index, anchor: Optional[tuple] = N
                 del m[k]
                 del order[k]
 
-    yield from solve(0, {})
+    try:
+        yield from solve(0, {})
+    finally:
+        solve = None  # (``solve`` reads itself: a cycle that would keep ``g`` and ``index`` to the next collection)
 
 
 _LOCAL: dict = {}
@@ -1028,6 +1031,7 @@ def structure(g: TGraph) -> tuple:
         outs = tuple((h(v[0]), v[1]) for v in g.outputs)
     finally:
         sys.setrecursionlimit(old)
+        h = None  # (``h`` reads itself: the cycle through ``g`` broken)
     live = set(memo)
     census = tuple(sorted(__import__("collections").Counter(g.nodes[n].kind for n in live).items()))
     return outs, census
