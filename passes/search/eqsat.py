@@ -983,10 +983,13 @@ _DISTINCT: dict = {}  # id(a rewrites list) -> (the list, its rewrites of distin
 
 def distinct_rewrites(rewrites: list) -> list:
     """``RB.distinct(rewrites)``: a rewrite of the same form as an earlier one (only its variables named
-    apart) would find the same matches and add nothing, so a round tries one of them."""
+    apart) would find the same matches and add nothing, so a round tries one of them. Their grouping by
+    source kinds (``_by_kinds``, what a round's choice of rewrites reads) is made with them: both are the
+    rules' and made once a process, as egg makes its rewrites' patterns when it makes the rewrites."""
     hit = _DISTINCT.get(id(rewrites))
     if hit is None or hit[0] is not rewrites or len(hit[0]) != hit[2]:
         hit = _DISTINCT[id(rewrites)] = (rewrites, RB.distinct(rewrites), len(rewrites))
+        _by_kinds(hit[1])
     return hit[1]
 
 
