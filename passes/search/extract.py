@@ -25,6 +25,7 @@ from weights where any of its e-nodes does.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -131,21 +132,45 @@ class Costs:
             if kind == "arg" or kind == "weight":
                 c = 0.0
             else:
-                eg = self.eg
-                ins = [_In(eg.shape[eg.find(k)], eg.find(k) in self.weight) for k in kids]
-                shapes, j = [], 0
-                while True:
-                    r = eg.result_class(op, j)
-                    if r is None:
-                        break
-                    shapes.append(eg.shape[r])
-                    j += 1
-                attrs = tuple(a for a in attrs if not a[0].startswith("@"))
-                dtype = eg.dtype[eg.result_class(op, 0)] if shapes else ""
-                c = self.builder.cost(kind, attrs, ins, tuple((i, 0) for i in range(len(ins))), tuple(shapes),
-                                      dtype, self.op_weight(op))
+                eg, weight = self.eg, self.weight
+                ins = []
+                for k in kids:
+                    k = eg.find(k)
+                    ins.append(_In(eg.shape[k], k in weight))
+                results = _results(eg, op)
+                c = self.builder.cost(kind, _own_attrs(attrs), ins, _first_results(len(ins)),
+                                      tuple(eg.shape[r] for r in results), eg.dtype[results[0]] if results else "",
+                                      kind in specs.CONSTANTS or (kind in specs.SPECS and bool(kids)
+                                                                  and all(i.weight for i in ins)))
             self._ordered[op] = c
         return c
+
+
+@functools.lru_cache(maxsize=None)
+def _first_results(n: int) -> tuple:
+    """``n`` operands as (input, result 0) pairs: how ``Builder.cost`` reads ``ins``."""
+    return tuple((i, 0) for i in range(n))
+
+
+def _results(eg: EGraph, op: tuple) -> list:
+    """The classes of an op's results, in order."""
+    n = eg.nres.get(op)
+    if n is not None:
+        out = [eg.result_class(op, j) for j in range(n)]
+        if None not in out:
+            return out
+    out = []
+    while True:
+        r = eg.result_class(op, len(out))
+        if r is None:
+            return out
+        out.append(r)
+
+
+@functools.lru_cache(maxsize=4096)
+def _own_attrs(attrs: tuple) -> tuple:
+    """An e-node's attributes without the e-graph's own (``@shape``, ``@dtype``, ``@node``)."""
+    return tuple(a for a in attrs if not a[0].startswith("@"))
 
 
 def _swap(op: tuple) -> tuple:
