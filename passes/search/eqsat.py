@@ -330,6 +330,9 @@ def op_attrs(attrs: tuple) -> dict:
     return {k: v for k, v in attrs if not k.startswith("@")}
 
 
+_OWN_ATTRS: dict = {}  # an e-node's attributes -> ``op_attrs`` of them (``EView.attrs``)
+
+
 class EView(RB.View):
     """The e-graph as the site check reads it: ops are op keys, values are classes."""
 
@@ -352,7 +355,13 @@ class EView(RB.View):
         return None  # (check_local does not ask)
 
     def attrs(self, op):
-        return op_attrs(op[1])
+        # (read, never changed, by the site check: one dict per attributes tuple)
+        d = _OWN_ATTRS.get(op[1])
+        if d is None:
+            if len(_OWN_ATTRS) >= 100_000:
+                _OWN_ATTRS.clear()
+            d = _OWN_ATTRS[op[1]] = op_attrs(op[1])
+        return d
 
     def shape(self, value):
         return self.eg.shape[self.eg.find(value)]
