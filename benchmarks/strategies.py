@@ -48,6 +48,31 @@ if tables:
 sys.exit(rc)
 """
 
+#: a fixed piece of pure-Python work (tuple-keyed dict inserts and lookups, as a search does), timed in CPU
+#: seconds: the same work every run, so its time gauges how fast this machine runs Python at the moment
+#: (a shared machine's speed moves by a third within a day, and the table's times move with it)
+_GAUGE = """
+import statistics, time
+def work():
+    t = time.process_time()
+    d = {}
+    for i in range(200000):
+        d[(i, "conv2d", (i % 7, i % 11))] = i
+    s = 0
+    for i in range(200000):
+        s += d[(i, "conv2d", (i % 7, i % 11))]
+    return time.process_time() - t
+print(statistics.median(work() for _ in range(3)))
+"""
+
+
+def gauge() -> float:
+    """The CPU seconds of the reference work (``_GAUGE``) in a fresh process: a gauge of the machine's
+    speed at the time, reported beside the table's times (lower is faster)."""
+    r = subprocess.run([sys.executable, "-c", _GAUGE], capture_output=True, text=True, timeout=120)
+    return round(float(r.stdout.strip()), 4)
+
+
 HEADER = ("| model | cost prepared ms | backtracking ms (less) | eqsat ms (less) | eqsat vs backtracking | search s "
           "backtracking / eqsat (saturation, extraction) | eqsat s as TENSAT counts: median wall (CPU; range) | "
           "peak MB backtracking / eqsat | "
@@ -149,11 +174,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         for m in models:
             src = os.path.join(work, f"{m.name}.onnx")
             onnx.save(m.build(), src)
+            speed = gauge()
             b = run_one(src, "backtracking", a.target, work)
             e = repeated([run_one(src, "eqsat", a.target, work, a.eqsat) for _ in range(max(1, a.repeat))])
-            rows.append({"model": m.name, "backtracking": b, "eqsat": e})
+            rows.append({"model": m.name, "backtracking": b, "eqsat": e, "gauge_s": speed})
             print(format_row(m.name, b, e), flush=True)
             os.unlink(src)
+    print("\nthis machine's speed as each model's runs began (CPU seconds of a fixed piece of pure-Python work, "
+          "lower is faster; `strategies.gauge`): " + "; ".join(f"{r['model']} {r['gauge_s']:.3f}" for r in rows),
+          flush=True)
     counted = [r for r in rows if "signatures" in r["backtracking"] or "signatures" in r["eqsat"]]
     if counted:
         def sg(x):

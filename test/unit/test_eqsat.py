@@ -788,6 +788,7 @@ def test_the_strategies_table(tmp_path):
     assert b["after"] <= b["before"] and e["after"] <= e["before"] and b["before"] == e["before"]
     assert e["eqsat"]["enodes"] > 0 and e["eqsat"]["stop"] in ("saturated", "iterations", "nodes", "time")
     assert b["peak_mb"] > 0 and e["peak_mb"] > 0
+    assert 0 < row["gauge_s"] < 60  # (the machine's speed as the model's runs began: CPU s of fixed work)
     text = strategies.format_row("nasrnn", b, e)
     assert text.startswith("| nasrnn |") and f"{e['eqsat']['enodes']} ({e['eqsat']['stop']}; " in text
     assert text.count("|") == strategies.HEADER.splitlines()[0].count("|")
