@@ -531,7 +531,12 @@ def ilp(eg: EGraph, costs: Costs, roots: list, time_limit: float = 10.0,
         return walk(eg, roots, lambda c: picked.get(eg.find(c), []))
 
     if lp_first:
+        # (the relaxation by the dual simplex with Devex pricing: NasRNN's first relaxation, 4,783 columns,
+        # 129 -> 99 ms, the same solution on every suite program compared; the integer program's own
+        # relaxations are no faster with it, so it gets HiGHS's default back below)
+        h.setOptionValue("simplex_dual_edge_weight_strategy", 1)
         run()
+        h.setOptionValue("simplex_dual_edge_weight_strategy", -1)
     if lp_first and h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
         x = np.asarray(h.getSolution().col_value)
         if np.all(np.minimum(np.abs(x), np.abs(1.0 - x)) <= 1e-9):
