@@ -325,9 +325,16 @@ def key_attrs(kind: str, attrs: tuple, kids: tuple, shapes, dtype: str) -> tuple
     return tuple(attrs) + (("@shape", tuple(tuple(s) if s is not None else None for s in shapes)), ("@dtype", dtype))
 
 
+@functools.lru_cache(maxsize=4096)
+def own_attrs(attrs: tuple) -> tuple:
+    """An e-node's attributes without the e-graph's own (``@node``, ``@shape``, ``@dtype``), as a tuple of
+    (name, value) pairs (memoized: the same few attribute sets recur)."""
+    return tuple(a for a in attrs if not a[0].startswith("@"))
+
+
 def op_attrs(attrs: tuple) -> dict:
-    """An e-node's attributes without the e-graph's own (``@node``, ``@shape``, ``@dtype``)."""
-    return {k: v for k, v in attrs if not k.startswith("@")}
+    """``own_attrs`` as a dict (a new one)."""
+    return dict(own_attrs(attrs))
 
 
 _OWN_ATTRS: dict = {}  # an e-node's attributes -> ``op_attrs`` of them (``EView.attrs``)

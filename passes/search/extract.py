@@ -37,7 +37,7 @@ from typing import Optional
 from taso_mlir.dialect import specs
 from taso_mlir.passes.search import rulebook as RB
 from taso_mlir.passes.search import tgraph as T
-from taso_mlir.passes.search.eqsat import EGraph
+from taso_mlir.passes.search.eqsat import EGraph, own_attrs
 
 
 @dataclass
@@ -91,17 +91,11 @@ class Costs:
                 if c in w:
                     continue
                 for kind, _attrs, kids, _j in nodes:
-                    if kind == "weight" or kind in specs.CONSTANTS or (
-                            kind in specs.SPECS and kids and all(eg.find(k) in w for k in kids)):
+                    if _from_weights(kind, kids, (eg.find(k) in w for k in kids)):
                         w.add(c)
                         changed = True
                         break
         return w
-
-    def op_weight(self, op: tuple) -> bool:
-        kind, _attrs, kids = op
-        return kind == "weight" or kind in specs.CONSTANTS or (
-            kind in specs.SPECS and bool(kids) and all(self.eg.find(k) in self.weight for k in kids))
 
     def cost(self, op: tuple) -> float:
         """The op's cost; a commutative op's, in the cheaper of its two operand orders (the e-graph holds
@@ -138,10 +132,9 @@ class Costs:
                     k = eg.find(k)
                     ins.append(_In(eg.shape[k], k in weight))
                 results = _results(eg, op)
-                c = self.builder.cost(kind, _own_attrs(attrs), ins, _first_results(len(ins)),
+                c = self.builder.cost(kind, own_attrs(attrs), ins, _first_results(len(ins)),
                                       tuple(eg.shape[r] for r in results), eg.dtype[results[0]] if results else "",
-                                      kind in specs.CONSTANTS or (kind in specs.SPECS and bool(kids)
-                                                                  and all(i.weight for i in ins)))
+                                      _from_weights(kind, kids, (i.weight for i in ins)))
             self._ordered[op] = c
         return c
 
@@ -167,10 +160,10 @@ def _results(eg: EGraph, op: tuple) -> list:
         out.append(r)
 
 
-@functools.lru_cache(maxsize=4096)
-def _own_attrs(attrs: tuple) -> tuple:
-    """An e-node's attributes without the e-graph's own (``@shape``, ``@dtype``, ``@node``)."""
-    return tuple(a for a in attrs if not a[0].startswith("@"))
+def _from_weights(kind: str, kids: tuple, weights) -> bool:
+    """Whether an op computes from weights alone (it is one, a constant, or a spec'd op of operands,
+    every one from weights: ``weights``, their flags, read lazily)."""
+    return kind == "weight" or kind in specs.CONSTANTS or (kind in specs.SPECS and bool(kids) and all(weights))
 
 
 def _swap(op: tuple) -> tuple:
